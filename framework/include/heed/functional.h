@@ -1,0 +1,37 @@
+// heed/functional.h — the neural-network functions (namespace heed::F), PyTorch style.
+//
+// softmax/log_softmax subtract the row maximum; a row that is entirely -inf gives zeros
+// (softmax) or -inf (log_softmax) and a zero gradient, never NaN. cross_entropy is fused
+// (log-softmax + NLL): it keeps only one log-sum-exp per row for backward.
+#pragma once
+
+#include <cstdint>
+
+#include "heed/ops.h"
+
+namespace heed::F {
+
+Tensor softmax(const Tensor& x, int64_t dim = -1);
+Tensor log_softmax(const Tensor& x, int64_t dim = -1);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::None);
+// x @ weight^T + bias; weight (out, in), bias (out) or undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// Rows of `weight` (num, dim) picked by int64 `indices` of any shape: (..., dim).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+// logits (N, C) with targets (N), or (B, T, C) with (B, T), etc.: class dim last.
+// Mean over the targets that are not ignore_index; if every target is ignored the loss is 0
+// with zero gradient (PyTorch gives NaN; a fully padded batch should not poison training).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {});
+
+// Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p).
+// Identity when !training or p == 0. The mask comes from the default generator's Philox
+// stream and is regenerated in backward from its (seed, offset), never stored.
+Tensor dropout(const Tensor& x, double p, bool training = true);
+
+}  // namespace heed::F

@@ -1,0 +1,280 @@
+// framework/src/autograd.cpp — grad mode, saved tensors, nodes and the backward engine.
+//
+// The engine counts, for every node reachable from the roots, how many edges lead into it,
+// then runs nodes whose count reached zero (a topological order, no recursion). Gradients
+// for one node are summed in a buffer before it runs; leaves accumulate into .grad.
+#include "heed/autograd.h"
+
+#include <atomic>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "heed/ops.h"
+#include "internal.h"
+
+namespace heed {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+std::atomic<uint64_t> g_next_sequence_nr{0};
+BackwardObserver g_backward_observer;
+}  // namespace
+
+bool grad_mode_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { g_grad_enabled = previous_; }
+
+void set_backward_observer(BackwardObserver observer) { g_backward_observer = std::move(observer); }
+
+// ---- SavedTensor ----------------------------------------------------------------------------
+
+SavedTensor::SavedTensor(const Tensor& tensor, const char* op) : op_(op) {
+  if (!tensor.defined()) return;
+  tensor_ = tensor.detach();
+  version_ = tensor.storage()->version();
+}
+
+Tensor SavedTensor::get() const {
+  if (tensor_.defined() && tensor_.storage()->version() != version_) {
+    fail(op_,
+         "a tensor of shape {} saved for its backward was modified by an in-place operation "
+         "(version {} when saved, {} now); use an out-of-place op or clone() before modifying",
+         shape_str(tensor_.shape()), version_, tensor_.storage()->version());
+  }
+  return tensor_;
+}
+
+// ---- Node -----------------------------------------------------------------------------------
+
+Node::Node(const char* name, std::vector<Edge> edges, BackwardFn backward, Dims output_shape,
+           DType output_dtype)
+    : name_(name),
+      edges_(std::move(edges)),
+      backward_(std::move(backward)),
+      output_shape_(output_shape),
+      output_dtype_(output_dtype),
+      sequence_nr_(g_next_sequence_nr++) {}
+
+std::vector<Tensor> Node::apply(const Tensor& grad_output, bool retain_graph) {
+  HEED_CHECK(backward_, name_,
+             "trying to backward through the graph a second time (its saved tensors were freed "
+             "after the first backward); pass retain_graph=true to the first backward");
+  std::vector<Tensor> grads = backward_(grad_output);
+  if (!retain_graph) backward_ = nullptr;  // frees the saved tensors
+  HEED_INTERNAL_ASSERT(grads.size() == edges_.size());
+  return grads;
+}
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor& output,
+               Node::BackwardFn backward) {
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) {
+    Edge e;
+    if (t && t->defined() && t->requires_grad()) {
+      if (t->grad_fn())
+        e.node = t->grad_fn();
+      else
+        e.leaf = t->impl_ptr();
+    }
+    edges.push_back(std::move(e));
+  }
+  auto node = std::make_shared<Node>(op, std::move(edges), std::move(backward), output.shape(),
+                                     output.dtype());
+  TensorImpl& impl = output.impl();
+  impl.grad_fn = std::move(node);
+  impl.requires_grad = true;
+}
+
+// ---- engine ---------------------------------------------------------------------------------
+
+namespace {
+
+Tensor apply_hooks(const std::vector<TensorHook>& hooks, Tensor grad) {
+  for (const TensorHook& hook : hooks) {
+    Tensor replaced = hook(grad);
+    if (replaced.defined()) {
+      HEED_CHECK(replaced.shape() == grad.shape(), "register_hook",
+                 "a hook returned a gradient of shape {} for a tensor of shape {}",
+                 shape_str(replaced.shape()), shape_str(grad.shape()));
+      grad = replaced;
+    }
+  }
+  return grad;
+}
+
+Tensor accumulate(const Tensor& existing, const Tensor& incoming) {
+  if (!existing.defined()) return incoming;
+  return existing + incoming;
+}
+
+void accumulate_into_leaf(TensorImpl& leaf, const Tensor& incoming) {
+  Tensor grad = apply_hooks(leaf.hooks, incoming);
+  if (!leaf.grad) {
+    // A fresh contiguous buffer: the incoming gradient may alias other gradients.
+    Tensor fresh = detail::make_empty(grad.shape(), leaf.dtype, grad.device());
+    fresh.copy_(grad);
+    leaf.grad = fresh.impl_ptr();
+  } else {
+    Tensor(leaf.grad).add_(grad);
+  }
+}
+
+struct EngineCapture {
+  std::unordered_map<const TensorImpl*, Tensor> leaves;  // leaf input -> gradient
+  std::unordered_map<const Node*, Tensor> nodes;         // non-leaf input's grad_fn -> gradient
+};
+
+void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds,
+                bool retain_graph, EngineCapture* capture) {
+  NoGradGuard no_grad;
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<Node*, Tensor> buffers;
+  std::vector<Node*> stack;
+
+  auto deliver_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+    if (capture) {
+      auto it = capture->leaves.find(leaf.get());
+      if (it != capture->leaves.end()) it->second = accumulate(it->second, g);
+      return;
+    }
+    accumulate_into_leaf(*leaf, g);
+  };
+
+  // Count incoming edges of every reachable node.
+  std::unordered_set<Node*> seen;
+  for (const Tensor& root : roots) {
+    Node* node = root.grad_fn().get();
+    if (node && seen.insert(node).second) stack.push_back(node);
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& e : node->edges()) {
+      if (!e.node) continue;
+      ++dependencies[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    if (root.grad_fn()) {
+      buffers[root.grad_fn().get()] = accumulate(buffers[root.grad_fn().get()], seeds[i]);
+    } else {
+      deliver_to_leaf(root.impl_ptr(), seeds[i]);
+    }
+  }
+  std::vector<Node*> ready;
+  for (Node* node : seen)
+    if (dependencies[node] == 0) ready.push_back(node);
+
+  while (!ready.empty()) {
+    Node* node = ready.back();
+    ready.pop_back();
+    Tensor grad_out = buffers[node];
+    buffers.erase(node);
+    std::vector<Tensor> grads(node->edges().size());
+    if (grad_out.defined()) {
+      grad_out = apply_hooks(node->output_hooks(), grad_out);
+      if (capture) {
+        auto it = capture->nodes.find(node);
+        if (it != capture->nodes.end()) it->second = grad_out;
+      }
+      grads = node->apply(grad_out, retain_graph);
+      if (g_backward_observer) g_backward_observer(*node, grad_out, grads);
+    }
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const Edge& e = node->edges()[i];
+      if (!e.defined()) continue;
+      const Tensor& g = grads[i];
+      if (g.defined()) {
+        const Dims& expected = e.node ? e.node->output_shape() : e.leaf->shape;
+        HEED_CHECK(g.shape() == expected, node->name(),
+                   "backward produced a gradient of shape {} for input {} of shape {} (bug in the "
+                   "op's backward)",
+                   shape_str(g.shape()), i, shape_str(expected));
+      }
+      if (e.leaf) {
+        if (g.defined()) deliver_to_leaf(e.leaf, g);
+        continue;
+      }
+      Node* next = e.node.get();
+      if (g.defined()) buffers[next] = accumulate(buffers[next], g);
+      if (--dependencies[next] == 0) ready.push_back(next);
+    }
+  }
+}
+
+std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
+  HEED_CHECK(grads.empty() || grads.size() == roots.size(), "backward",
+             "got {} gradients for {} tensors", grads.size(), roots.size());
+  std::vector<Tensor> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    detail::check_defined(root, "backward", "tensor");
+    HEED_CHECK(root.requires_grad(), "backward",
+               "tensor {} of shape {} does not require grad and has no grad_fn", i,
+               shape_str(root.shape()));
+    Tensor seed = grads.empty() ? Tensor() : grads[i];
+    if (!seed.defined()) {
+      HEED_CHECK(root.numel() == 1, "backward",
+                 "grad can be implicitly created only for tensors with one element; got shape {} "
+                 "(pass a gradient of the same shape)",
+                 shape_str(root.shape()));
+      seed = ones(root.shape(), root.options());
+    }
+    HEED_CHECK(seed.shape() == root.shape(), "backward",
+               "gradient of shape {} given for a tensor of shape {}", shape_str(seed.shape()),
+               shape_str(root.shape()));
+    detail::check_same_device(seed, root, "backward");
+    seeds.push_back(seed.dtype() == root.dtype() ? seed : seed.to(root.dtype()));
+  }
+  return seeds;
+}
+
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph) {
+  run_engine(roots, seeds_for(roots, grads), retain_graph, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+  EngineCapture capture;
+  for (const Tensor& in : inputs) {
+    detail::check_defined(in, "grad", "input");
+    HEED_CHECK(in.requires_grad(), "grad", "an input of shape {} does not require grad",
+               shape_str(in.shape()));
+    if (in.grad_fn())
+      capture.nodes[in.grad_fn().get()] = Tensor();
+    else
+      capture.leaves[in.impl_ptr().get()] = Tensor();
+  }
+  run_engine(outputs, seeds_for(outputs, grad_outputs), retain_graph, &capture);
+  std::vector<Tensor> result;
+  for (const Tensor& in : inputs) {
+    Tensor g = in.grad_fn() ? capture.nodes[in.grad_fn().get()] : capture.leaves[in.impl_ptr().get()];
+    result.push_back(g.defined() ? g : zeros(in.shape(), in.options()));
+  }
+  return result;
+}
+
+}  // namespace heed

@@ -1,0 +1,150 @@
+// framework/src/ops_factory.cpp — tensor factories and the triangle masks.
+//
+// Invariants: random factories draw from the default Philox generator and advance it by
+// exactly numel counters, so the same seed gives the same tensors in the same order.
+#include <cmath>
+
+#include "heed/ops.h"
+#include "heed/random.h"
+#include "internal.h"
+
+namespace heed {
+
+namespace {
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+}  // namespace
+
+Tensor empty(const Dims& shape, TensorOptions options) {
+  return finish(detail::make_empty(shape, options.dtype(), options.device()), options);
+}
+
+Tensor full(const Dims& shape, double value, TensorOptions options) {
+  Tensor t = detail::make_empty(shape, options.dtype(), options.device());
+  if (t.numel() > 0) HEED_KERNEL(t.device(), fill)(detail::view_of(t), value);
+  return finish(t, options);
+}
+
+Tensor zeros(const Dims& shape, TensorOptions options) { return full(shape, 0.0, options); }
+Tensor ones(const Dims& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.options()); }
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+
+Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  HEED_CHECK(step != 0.0 && std::isfinite(step), "arange", "step must be finite and non-zero, got {}", step);
+  HEED_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "start and end must be finite");
+  const double count = std::ceil((end - start) / step);
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  Tensor t = detail::make_empty({n}, options.dtype(), options.device());
+  if (n > 0) HEED_KERNEL(t.device(), arange)(t.dtype(), t.raw_data(), n, start, step);
+  return finish(t, options);
+}
+
+namespace {
+Tensor random_tensor(const Dims& shape, kernels::RandomKind kind, double a, double b, TensorOptions options,
+                     const char* name) {
+  HEED_CHECK(is_floating(options.dtype()) || kind == kernels::RandomKind::Uniform, name,
+             "expects a floating dtype, got {}", dtype_name(options.dtype()));
+  Tensor t = detail::make_empty(shape, options.dtype(), options.device());
+  Generator& gen = default_generator();
+  const kernels::PhiloxState state{gen.seed(), gen.advance(static_cast<uint64_t>(t.numel()))};
+  if (t.numel() > 0) HEED_KERNEL(t.device(), random)(kind, t.dtype(), t.raw_data(), t.numel(), a, b, state);
+  return finish(t, options);
+}
+}  // namespace
+
+Tensor randn(const Dims& shape, TensorOptions options) {
+  return random_tensor(shape, kernels::RandomKind::Normal, 0.0, 1.0, options, "randn");
+}
+Tensor rand(const Dims& shape, TensorOptions options) {
+  return random_tensor(shape, kernels::RandomKind::Uniform, 0.0, 1.0, options, "rand");
+}
+Tensor uniform(const Dims& shape, double low, double high, TensorOptions options) {
+  HEED_CHECK(low <= high, "uniform", "low {} must not exceed high {}", low, high);
+  return random_tensor(shape, kernels::RandomKind::Uniform, low, high, options, "uniform");
+}
+Tensor randint(int64_t low, int64_t high, const Dims& shape, TensorOptions options) {
+  HEED_CHECK(low < high, "randint", "low {} must be below high {}", low, high);
+  HEED_CHECK(is_integral(options.dtype()), "randint", "expects an integer dtype, got {}",
+             dtype_name(options.dtype()));
+  return random_tensor(shape, kernels::RandomKind::Uniform, static_cast<double>(low),
+                       static_cast<double>(high), options, "randint");
+}
+
+Tensor eye(int64_t n, TensorOptions options) {
+  HEED_CHECK(n >= 0, "eye", "size must be non-negative, got {}", n);
+  Tensor t = zeros({n, n}, options.requires_grad(false));
+  if (n > 0) {
+    Tensor diagonal = detail::make_alias(t, {n}, {n + 1}, 0);
+    diagonal.fill_(1.0);
+  }
+  return finish(t, options);
+}
+
+Tensor tensor(std::initializer_list<double> values, TensorOptions options) {
+  std::vector<double> v(values);
+  return from_vector(v, {static_cast<int64_t>(v.size())}, options);
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options) {
+  std::vector<double> v;
+  int64_t cols = -1;
+  for (const auto& row : rows) {
+    HEED_CHECK(cols < 0 || static_cast<int64_t>(row.size()) == cols, "tensor",
+               "rows have different lengths ({} and {})", cols, row.size());
+    cols = static_cast<int64_t>(row.size());
+    v.insert(v.end(), row.begin(), row.end());
+  }
+  return from_vector(v, {static_cast<int64_t>(rows.size()), std::max<int64_t>(cols, 0)}, options);
+}
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Dims& shape, TensorOptions options) {
+  HEED_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector",
+             "{} values cannot fill shape {} ({} elements)", values.size(), shape_str(shape), shape_numel(shape));
+  // Stage as the source type on the CPU, then convert dtype and device.
+  Tensor host = detail::make_empty(shape, dtype_of<T>, kCPU);
+  if (!values.empty()) {
+    if constexpr (std::is_same_v<T, bool>) {
+      bool* p = host.data_ptr<bool>();
+      for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+    } else {
+      std::copy(values.begin(), values.end(), host.data_ptr<T>());
+    }
+  }
+  return finish(host.to(options.dtype()).to(options.device()), options);
+}
+
+template Tensor from_vector<float>(const std::vector<float>&, const Dims&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, const Dims&, TensorOptions);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Dims&, TensorOptions);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Dims&, TensorOptions);
+template Tensor from_vector<bool>(const std::vector<bool>&, const Dims&, TensorOptions);
+
+namespace {
+// keep[i][j] = (j - i <= diagonal) for tril, (j - i >= diagonal) for triu, on the last two dims.
+Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* name) {
+  detail::check_defined(x, name);
+  HEED_CHECK(x.dim() >= 2, name, "expects at least 2 dims, got shape {}", shape_str(x.shape()));
+  const int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
+  const TensorOptions idx = TensorOptions(kInt64).device(x.device());
+  Tensor r = arange(static_cast<double>(rows), idx).unsqueeze(1);
+  Tensor c = arange(static_cast<double>(cols), idx).unsqueeze(0);
+  Tensor offset = c - r;  // (rows, cols)
+  Tensor keep = lower ? le(offset, scalar_tensor(static_cast<double>(diagonal), idx))
+                      : ge(offset, scalar_tensor(static_cast<double>(diagonal), idx));
+  return where(keep, x, zeros({}, x.options()));
+}
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false, "triu"); }
+
+}  // namespace heed

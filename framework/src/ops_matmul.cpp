@@ -1,0 +1,206 @@
+// framework/src/ops_matmul.cpp — matmul with torch.matmul semantics on BLAS, and its backward.
+//
+// Invariants: operands whose last two dims are row-major or transposed (one unit stride)
+// go to the gemm kernel as they are, with a transpose flag and leading dimension; batch
+// dims must collapse to a single stride (0 for broadcast), otherwise the operand is copied
+// once. A 2-D right operand with a batched left operand is one big gemm, (B*M,K) @ (K,N).
+#include "heed/autograd.h"
+#include "heed/ops.h"
+#include "internal.h"
+
+namespace heed {
+
+namespace {
+
+// A matrix operand as gemm sees it.
+struct GemmOperand {
+  Tensor storage_owner;  // keeps the data alive
+  const void* data = nullptr;
+  bool trans = false;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;
+};
+
+// Tries to express the last two dims of `t` (rows, cols) as a BLAS matrix.
+bool matrix_layout(const Tensor& t, bool* trans, int64_t* ld) {
+  const int n = t.dim();
+  const int64_t rows = t.shape()[n - 2], cols = t.shape()[n - 1];
+  const int64_t rs = t.strides()[n - 2], cs = t.strides()[n - 1];
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<int64_t>(cols, 1))) {
+    *trans = false;
+    *ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+    return true;
+  }
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<int64_t>(rows, 1))) {
+    *trans = true;
+    *ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+    return true;
+  }
+  return false;
+}
+
+// The single stride that walks the (broadcast) batch dims of `t` in row-major batch order:
+// 0 when every batch dim is broadcast, -1 when the dims do not collapse to one stride.
+int64_t collapsed_batch_stride(const Tensor& t, const Dims& batch_shape) {
+  const int nb = batch_shape.size();
+  const int shift = nb - (t.dim() - 2);
+  int64_t stride = -1, later_elements = 1;
+  bool any_real = false, any_broadcast = false, chain_ok = true;
+  for (int i = nb - 1; i >= 0; --i) {
+    if (batch_shape[i] == 1) continue;
+    const int j = i - shift;
+    const int64_t s = (j < 0 || t.shape()[j] == 1) ? 0 : t.strides()[j];
+    (s == 0 ? any_broadcast : any_real) = true;
+    if (stride < 0)
+      stride = s;
+    else if (s != stride * later_elements)
+      chain_ok = false;
+    later_elements *= batch_shape[i];
+  }
+  if (!any_real) return 0;
+  return (any_broadcast || !chain_ok) ? -1 : stride;
+}
+
+GemmOperand make_operand(const Tensor& t, const Dims& batch_shape) {
+  GemmOperand op;
+  int64_t batch_stride = collapsed_batch_stride(t, batch_shape);
+  bool trans = false;
+  int64_t ld = 0;
+  if (batch_stride < 0 || !matrix_layout(t, &trans, &ld)) {
+    Dims full = batch_shape;
+    full.push_back(t.shape()[t.dim() - 2]);
+    full.push_back(t.shape()[t.dim() - 1]);
+    Tensor c = t.expand(full).contiguous();
+    HEED_INTERNAL_ASSERT(matrix_layout(c, &trans, &ld));
+    batch_stride = shape_numel(batch_shape) > 1 ? c.shape()[c.dim() - 2] * c.shape()[c.dim() - 1] : 0;
+    op.storage_owner = c;
+  } else {
+    op.storage_owner = t;
+  }
+  op.data = op.storage_owner.raw_data();
+  op.trans = trans;
+  op.ld = ld;
+  op.batch_stride = batch_stride;
+  return op;
+}
+
+// Forward of a matmul of two >= 2-D tensors of the same floating dtype (no autograd).
+Tensor matmul_raw(const Tensor& a, const Tensor& b) {
+  const int na = a.dim(), nb = b.dim();
+  const int64_t m = a.shape()[na - 2], k = a.shape()[na - 1], n = b.shape()[nb - 1];
+  const Dims batch_a(a.shape().begin(), a.shape().begin() + na - 2);
+  const Dims batch_b(b.shape().begin(), b.shape().begin() + nb - 2);
+  const Dims batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  Dims out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  const DType dtype = a.dtype();
+  const DType compute = detail::compute_dtype(dtype);
+  Tensor out = detail::make_empty(out_shape, compute, a.device());
+  if (out.numel() == 0) return dtype == compute ? out : out.to(dtype);
+  if (k == 0) {
+    out.fill_(0.0);
+    return dtype == compute ? out : out.to(dtype);
+  }
+  const Tensor A = dtype == compute ? a : a.to(compute);
+  const Tensor B = dtype == compute ? b : b.to(compute);
+
+  kernels::GemmArgs args;
+  args.dtype = compute;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.c = out.raw_data();
+  args.ldc = n;
+  args.batch = shape_numel(batch);
+  args.batch_stride_c = m * n;
+  bool done = false;
+  // (..., M, K) @ (K, N) with row-major left rows: one gemm over all B*M rows.
+  if (batch_b.empty() && !batch.empty()) {
+    Tensor a_rows = A.is_contiguous() ? A : Tensor();
+    if (a_rows.defined()) {
+      GemmOperand ob = make_operand(B, {});
+      args.m = m * args.batch;
+      args.batch = 1;
+      args.a = a_rows.raw_data();
+      args.lda = k;
+      args.trans_a = false;
+      args.b = ob.data;
+      args.ldb = ob.ld;
+      args.trans_b = ob.trans;
+      HEED_KERNEL(a.device(), gemm)(args);
+      done = true;
+    }
+  }
+  if (!done) {
+    GemmOperand oa = make_operand(A, batch), ob = make_operand(B, batch);
+    args.a = oa.data;
+    args.lda = oa.ld;
+    args.trans_a = oa.trans;
+    args.batch_stride_a = oa.batch_stride;
+    args.b = ob.data;
+    args.ldb = ob.ld;
+    args.trans_b = ob.trans;
+    args.batch_stride_b = ob.batch_stride;
+    HEED_KERNEL(a.device(), gemm)(args);
+  }
+  return dtype == compute ? out : out.to(dtype);
+}
+
+// Differentiable matmul of two >= 2-D tensors.
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  Tensor out = matmul_raw(a.detach(), b.detach());
+  if (any_requires_grad({&a, &b})) {
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    SavedTensor sa(need_b ? a : Tensor(), "matmul"), sb(need_a ? b : Tensor(), "matmul");
+    const Dims shape_a = a.shape(), shape_b = b.shape();
+    record_op("matmul", {&a, &b}, out,
+              [need_a, need_b, sa, sb, shape_a, shape_b](const Tensor& g) -> std::vector<Tensor> {
+                Tensor ga, gb;
+                if (need_a) {
+                  Tensor b = sb.get();
+                  ga = sum_to(matmul_raw(g, b.transpose(-1, -2)), shape_a);
+                }
+                if (need_b) {
+                  Tensor a = sa.get();
+                  if (shape_b.size() == 2 && shape_a.size() > 2) {
+                    // dB = A^T dC summed over the batch: one gemm over the flattened rows.
+                    const int64_t k = shape_a.back(), n = g.shape().back();
+                    gb = matmul_raw(a.reshape({-1, k}).t(), g.reshape({-1, n}));
+                  } else {
+                    gb = sum_to(matmul_raw(a.transpose(-1, -2), g), shape_b);
+                  }
+                }
+                return {ga, gb};
+              });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_defined(a, "matmul");
+  detail::check_defined(b, "matmul");
+  detail::check_same_device(a, b, "matmul");
+  HEED_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul", "both operands need at least 1 dim, got shapes {} and {}",
+             shape_str(a.shape()), shape_str(b.shape()));
+  HEED_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), "matmul",
+             "expects floating-point operands, got {} and {}", dtype_name(a.dtype()), dtype_name(b.dtype()));
+  const int64_t ka = a.shape()[a.dim() - 1];
+  const int64_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
+  HEED_CHECK(ka == kb, "matmul",
+             "shapes {} and {} cannot be multiplied: expected a.size(-1) == b.size(-2) ({} vs {})",
+             shape_str(a.shape()), shape_str(b.shape()), ka, kb);
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  const Tensor A = a.dtype() == dtype ? a : a.to(dtype);
+  const Tensor B = b.dtype() == dtype ? b : b.to(dtype);
+  const Tensor a2 = A.dim() == 1 ? A.unsqueeze(0) : A;
+  const Tensor b2 = B.dim() == 1 ? B.unsqueeze(1) : B;
+  Tensor out = matmul_nd(a2, b2);
+  if (B.dim() == 1) out = out.squeeze(-1);
+  if (A.dim() == 1) out = out.squeeze(A.dim() == 1 && B.dim() == 1 ? -1 : -2);
+  return out;
+}
+
+}  // namespace heed

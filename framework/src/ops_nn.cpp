@@ -1,0 +1,187 @@
+// framework/src/ops_nn.cpp — softmax, log_softmax, cross_entropy, dropout, embedding and
+// linear: the functional API (heed::F), each forward beside its backward.
+//
+// Invariants: softmax-family kernels work on contiguous rows along the last dim (another
+// dim is transposed there and back); cross_entropy saves only the per-row log-sum-exp;
+// dropout saves only its Philox (seed, offset) and regenerates the mask in backward.
+#include <cmath>
+
+#include "heed/autograd.h"
+#include "heed/functional.h"
+#include "heed/random.h"
+#include "internal.h"
+
+namespace heed::F {
+
+namespace {
+
+// softmax or log_softmax along `dim`.
+Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
+  detail::check_defined(x, name);
+  detail::check_floating(x, name);
+  if (x.dim() == 0) return softmax_impl(x.reshape({1}), 0, log, name).reshape({});
+  const int d = normalize_dim(dim, x.dim(), name);
+  const bool last = d == x.dim() - 1;
+  const Tensor rows = (last ? x.detach() : x.detach().transpose(d, -1)).contiguous();
+  const int64_t cols = rows.shape().back();
+  const int64_t nrows = cols == 0 ? 0 : rows.numel() / cols;
+  Tensor y = detail::make_empty(rows.shape(), x.dtype(), x.device());
+  if (y.numel() > 0)
+    HEED_KERNEL(x.device(), softmax_forward)(x.dtype(), rows.raw_data(), y.raw_data(), nrows, cols, log);
+  Tensor out = last ? y : y.transpose(d, -1);
+  if (any_requires_grad({&x})) {
+    SavedTensor sy(y, name);
+    record_op(name, {&x}, out, [sy, d, last, nrows, cols, log](const Tensor& g) -> std::vector<Tensor> {
+      Tensor y = sy.get();
+      Tensor g_rows = (last ? g : g.transpose(d, -1)).contiguous();
+      Tensor gx = detail::make_empty(y.shape(), y.dtype(), y.device());
+      if (gx.numel() > 0)
+        HEED_KERNEL(y.device(), softmax_backward)(y.dtype(), y.raw_data(), g_rows.raw_data(), gx.raw_data(),
+                                                  nrows, cols, log);
+      return {last ? gx : gx.transpose(d, -1)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false, "softmax"); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true, "log_softmax"); }
+Tensor relu(const Tensor& x) { return heed::relu(x); }
+Tensor gelu(const Tensor& x, GeluApproximation approximation) { return heed::gelu(x, approximation); }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_defined(x, "linear");
+  detail::check_defined(weight, "linear", "weight");
+  HEED_CHECK(weight.dim() == 2, "linear", "weight must be 2-D (out_features, in_features), got shape {}",
+             shape_str(weight.shape()));
+  HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear",
+             "input of shape {} does not match weight of shape {}: expected input.size(-1) == {}",
+             shape_str(x.shape()), shape_str(weight.shape()), weight.shape()[1]);
+  Tensor out = matmul(x, weight.t());
+  if (bias.defined()) {
+    HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear",
+               "bias must have shape [{}], got {}", weight.shape()[0], shape_str(bias.shape()));
+    out = out + bias;
+  }
+  return out;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  detail::check_defined(weight, "embedding", "weight");
+  detail::check_defined(indices, "embedding", "indices");
+  HEED_CHECK(weight.dim() == 2, "embedding", "weight must be 2-D (num_embeddings, dim), got shape {}",
+             shape_str(weight.shape()));
+  detail::check_index_dtype(indices, "embedding", "indices");
+  Dims out_shape = indices.shape();
+  out_shape.push_back(weight.shape()[1]);
+  return index_select(weight, 0, indices.reshape({indices.numel()})).view(out_shape);
+}
+
+// ---- cross entropy --------------------------------------------------------------------------
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
+  const char* name = "cross_entropy";
+  detail::check_defined(logits, name, "logits");
+  detail::check_defined(targets, name, "targets");
+  detail::check_floating(logits, name);
+  detail::check_same_device(logits, targets, name);
+  detail::check_index_dtype(targets, name, "targets");
+  HEED_CHECK(logits.dim() >= 1, name, "logits need a class dim, got shape {}", shape_str(logits.shape()));
+  Dims lead(logits.shape().begin(), logits.shape().end() - 1);
+  HEED_CHECK(targets.shape() == lead, name,
+             "targets of shape {} do not match logits of shape {}: expected targets of shape {} "
+             "(classes are the last dim of the logits)",
+             shape_str(targets.shape()), shape_str(logits.shape()), shape_str(lead));
+  HEED_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, name,
+             "label_smoothing must be in [0, 1], got {}", options.label_smoothing);
+  const int64_t classes = logits.shape().back();
+  const int64_t rows = targets.numel();
+  HEED_CHECK(classes > 0 || rows == 0, name, "logits have no classes (shape {})", shape_str(logits.shape()));
+
+  // Validate targets on the host and count the ones that are not ignored.
+  Tensor t64 = (targets.device().is_cpu() ? targets : targets.to(kCPU)).to(kInt64).contiguous();
+  int64_t valid = 0;
+  {
+    const int64_t* t = t64.data_ptr<int64_t>();
+    for (int64_t i = 0; i < rows; ++i) {
+      if (t[i] == options.ignore_index) continue;
+      HEED_CHECK(t[i] >= 0 && t[i] < classes, name,
+                 "target {} at position {} is out of range for {} classes (expected 0..{} or "
+                 "ignore_index {})",
+                 t[i], i, classes, classes - 1, options.ignore_index);
+      ++valid;
+    }
+  }
+  if (!targets.device().is_cpu()) t64 = t64.to(targets.device());
+
+  const Tensor x = logits.detach().contiguous();
+  // Per-row results in the compute dtype (float32 for 16-bit logits, as autocast wants).
+  const DType compute = detail::compute_dtype(x.dtype());
+  Tensor row_loss = detail::make_empty({rows}, compute, x.device());
+  Tensor row_lse = detail::make_empty({rows}, compute, x.device());
+  if (rows > 0)
+    HEED_KERNEL(x.device(), cross_entropy_forward)(x.dtype(), x.raw_data(), t64.data_ptr<int64_t>(), rows,
+                                                   classes, options.ignore_index, options.label_smoothing,
+                                                   row_loss.raw_data(), row_lse.raw_data());
+  Tensor loss;
+  {
+    NoGradGuard no_grad;
+    loss = valid == 0 ? zeros({}, TensorOptions(compute).device(x.device())) : mul_scalar(sum(row_loss), 1.0 / static_cast<double>(valid));
+  }
+  if (any_requires_grad({&logits})) {
+    SavedTensor sx(x, name), st(t64, name), slse(row_lse, name);
+    const DType in_dtype = logits.dtype();
+    const Dims in_shape = logits.shape();
+    record_op(name, {&logits}, loss,
+              [sx, st, slse, rows, classes, valid, options, in_dtype, in_shape](const Tensor& g) -> std::vector<Tensor> {
+                Tensor x = sx.get();
+                Tensor grad = detail::make_empty(x.shape(), x.dtype(), x.device());
+                if (valid == 0 || rows == 0) return {zeros(in_shape, TensorOptions(in_dtype).device(x.device()))};
+                const double scale = g.item<double>() / static_cast<double>(valid);
+                HEED_KERNEL(x.device(), cross_entropy_backward)(
+                    x.dtype(), x.raw_data(), st.get().data_ptr<int64_t>(), slse.get().raw_data(), rows, classes,
+                    options.ignore_index, options.label_smoothing, scale, grad.raw_data());
+                return {grad};
+              });
+  }
+  return loss;
+}
+
+// ---- dropout --------------------------------------------------------------------------------
+
+namespace {
+// The scaled keep-mask (0 or 1/(1-p)) of a Philox stream position, in `dtype`.
+Tensor dropout_scale(const Dims& shape, DType dtype, Device device, double p, kernels::PhiloxState state) {
+  const int64_t n = shape_numel(shape);
+  Tensor keep = detail::make_empty(shape, kBool, device);
+  if (n > 0)
+    HEED_KERNEL(device, dropout_mask)(static_cast<uint8_t*>(keep.raw_data()), n, p, state);
+  Tensor scale = keep.to(dtype);
+  return detail::unary_raw(kernels::UnaryOp::MulScalar, scale, 1.0 / (1.0 - p), "dropout");
+}
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  detail::check_defined(x, "dropout");
+  HEED_CHECK(p >= 0.0 && p <= 1.0, "dropout", "probability must be in [0, 1], got {}", p);
+  if (!training || p == 0.0) return x;
+  detail::check_floating(x, "dropout");
+  if (p == 1.0) return x * 0.0;
+  Generator& gen = default_generator();
+  const kernels::PhiloxState state{gen.seed(), gen.advance(static_cast<uint64_t>(x.numel()))};
+  Tensor out = detail::binary_raw(kernels::BinaryOp::Mul, x,
+                                  dropout_scale(x.shape(), x.dtype(), x.device(), p, state), "dropout");
+  if (any_requires_grad({&x})) {
+    const Dims shape = x.shape();
+    const DType dtype = x.dtype();
+    record_op("dropout", {&x}, out, [shape, dtype, p, state](const Tensor& g) -> std::vector<Tensor> {
+      return {detail::binary_raw(kernels::BinaryOp::Mul, g, dropout_scale(shape, dtype, g.device(), p, state),
+                                 "dropout_backward")};
+    });
+  }
+  return out;
+}
+
+}  // namespace heed::F

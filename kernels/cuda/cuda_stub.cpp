@@ -1,0 +1,18 @@
+// kernels/cuda/cuda_stub.cpp — the CUDA backend when heed is built without CUDA.
+#include "kernels/cuda/cuda_backend.h"
+
+namespace heed::kernels::cuda {
+
+bool compiled() { return false; }
+
+int device_count(std::string* reason) {
+  if (reason) *reason = "heed was built without CUDA (configure with nvcc available and HEED_CUDA=ON)";
+  return 0;
+}
+
+const KernelTable& kernel_table() {
+  static const KernelTable empty;
+  return empty;
+}
+
+}  // namespace heed::kernels::cuda

@@ -1,0 +1,190 @@
+// kernels/kernels.h — the raw compute interface every backend implements.
+//
+// Kernels see pointers, dtypes, sizes and strides only: no Tensor, no autograd.
+// Each backend fills a KernelTable; an entry left null means "not implemented
+// on this device", and dispatch turns that into a heed::Error naming the
+// kernel and the device (see kernel_or_throw). `heed-gradcheck --kernels`
+// and the tests list the table so nothing is silently missing.
+//
+// Conventions: `out` buffers are contiguous unless a StridedView says
+// otherwise; half types are read and written as float16/bfloat16 but computed
+// in float32; every kernel is deterministic for a fixed input, whatever the
+// thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "heed/config.h"
+#include "heed/device.h"
+#include "heed/dtype.h"
+
+namespace heed::kernels {
+
+// A tensor as the kernels see it: the element pointer (offset applied), dtype, shape, strides.
+struct StridedView {
+  void* data = nullptr;
+  DType dtype = kFloat32;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};  // in elements
+};
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, GeluTanh, GeluErf, Tanh, Sigmoid, Sign,
+  AddScalar,   // x + alpha
+  MulScalar,   // x * alpha
+  PowScalar,   // x ^ alpha
+  RSubScalar,  // alpha - x
+  RDivScalar,  // alpha / x
+  ClampMin,    // max(x, alpha), NaN stays NaN
+  ClampMax,    // min(x, alpha), NaN stays NaN
+  LogicalNot,  // bool only
+  Count
+};
+const char* unary_op_name(UnaryOp op);
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge,      // produce bool
+  LogicalAnd, LogicalOr,       // bool only
+  // Gradient helpers: a = incoming gradient, b = the saved forward input (x) or output (y).
+  ReluBackward,      // a * (x > 0)
+  GeluTanhBackward,  // a * d/dx gelu_tanh(x)
+  GeluErfBackward,   // a * d/dx gelu_erf(x)
+  TanhBackward,      // a * (1 - y^2)
+  SigmoidBackward,   // a * y * (1 - y)
+  Count
+};
+const char* binary_op_name(BinaryOp op);
+constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
+
+enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Count };
+
+enum class RandomKind : uint8_t { Uniform, Normal };
+
+// Philox4x32-10 stream position: the same (seed, offset) gives the same numbers on every
+// device and thread count. Element i of a draw uses counter offset + i.
+struct PhiloxState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// ---- kernel signatures ----------------------------------------------------------------------
+
+using AllocateFn = void* (*)(size_t nbytes);
+using DeallocateFn = void (*)(void* ptr, size_t nbytes);
+// Copies nbytes between this device and the host (to_host=true: device -> host).
+using CopyHostFn = void (*)(void* dst, const void* src, size_t nbytes, bool to_host);
+// dst[i] = value for every element of the (possibly strided) view.
+using FillFn = void (*)(const StridedView& dst, double value);
+// dst = src elementwise, converting dtypes; both views have the same shape.
+using CopyFn = void (*)(const StridedView& dst, const StridedView& src);
+// out = op(in) with scalar alpha; in and out contiguous with n elements.
+using UnaryFn = void (*)(UnaryOp op, DType dtype, const void* in, void* out, int64_t n, double alpha);
+// out = op(a, b); a and b are views broadcast (stride 0) to out's shape; out contiguous.
+using BinaryFn = void (*)(BinaryOp op, const StridedView& a, const StridedView& b,
+                          const StridedView& out);
+// out = cond ? a : b; all views broadcast to out's shape; cond is bool; out contiguous.
+using WhereFn = void (*)(const StridedView& cond, const StridedView& a, const StridedView& b,
+                         const StridedView& out);
+// in is contiguous (outer, extent, inner); out is contiguous (outer, inner).
+// Arg-reductions write int64 indices into `out`; Max/Min also write indices to `indices`
+// when it is non-null. Sums accumulate in double for float32/float64.
+using ReduceFn = void (*)(ReduceOp op, DType dtype, const void* in, int64_t outer, int64_t extent,
+                          int64_t inner, void* out, int64_t* indices);
+// Variance along `extent` of a contiguous (outer, extent, inner) tensor with a correction.
+using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t extent,
+                            int64_t inner, double correction, void* out);
+// C = alpha * op(A) @ op(B) + beta * C, row-major, repeated over `batch` with element strides
+// between batches (stride 0 broadcasts). dtype float32 or float64.
+struct GemmArgs {
+  DType dtype = kFloat32;
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0, batch_stride_a = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0, batch_stride_b = 0;
+  void* c = nullptr;
+  int64_t ldc = 0, batch_stride_c = 0;
+  int64_t batch = 1;
+  double alpha = 1.0, beta = 0.0;
+};
+using GemmFn = void (*)(const GemmArgs& args);
+// Row-wise softmax (or log-softmax) of a contiguous (rows, cols) tensor. A row of all -inf
+// gives zeros (softmax) or all -inf (log-softmax), never NaN.
+using SoftmaxForwardFn = void (*)(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
+                                  bool log);
+// grad_in from the forward output y and grad_out: softmax: y*(g - sum(g*y));
+// log-softmax: g - exp(y)*sum(g).
+using SoftmaxBackwardFn = void (*)(DType dtype, const void* y, const void* grad_out, void* grad_in,
+                                   int64_t rows, int64_t cols, bool log);
+// Per-row loss and log-sum-exp of logits (rows, classes) against int64 targets.
+// loss_i = -(1-s)*logp[t] - s/C * sum_c logp[c]; rows with target == ignore_index give 0.
+// row_loss and row_lse are in the compute dtype (float32 for float16/bfloat16 logits).
+using CrossEntropyForwardFn = void (*)(DType dtype, const void* logits, const int64_t* targets,
+                                       int64_t rows, int64_t classes, int64_t ignore_index,
+                                       double smoothing, void* row_loss, void* row_lse);
+// grad_logits = scale * (softmax - (1-s)*onehot - s/C) per non-ignored row; 0 for ignored rows.
+using CrossEntropyBackwardFn = void (*)(DType dtype, const void* logits, const int64_t* targets,
+                                        const void* row_lse, int64_t rows, int64_t classes,
+                                        int64_t ignore_index, double smoothing, double scale,
+                                        void* grad_logits);
+// out(outer, index_count, inner) = in(outer, index[j], inner); indices already validated.
+using IndexSelectFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t in_extent,
+                               int64_t inner, const int64_t* index, int64_t index_count, void* out);
+// out(outer, index[j], inner) += src(outer, j, inner); deterministic order.
+using IndexAddFn = void (*)(DType dtype, void* out, int64_t outer, int64_t out_extent, int64_t inner,
+                            const int64_t* index, int64_t index_count, const void* src);
+// gather along the middle dim: out(o, j, i) = in(o, index(o, j, i), i); scatter_add is its adjoint.
+using GatherFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t in_extent,
+                          int64_t inner, const int64_t* index, int64_t index_extent, void* out);
+using ScatterAddFn = void (*)(DType dtype, void* out, int64_t outer, int64_t out_extent,
+                              int64_t inner, const int64_t* index, int64_t index_extent,
+                              const void* src);
+// Fills a contiguous buffer with uniform [low, high) or normal(mean=a, std=b) numbers.
+using RandomFn = void (*)(RandomKind kind, DType dtype, void* out, int64_t n, double a, double b,
+                          PhiloxState state);
+// keep[i] = uniform(state, i) >= p, as 0/1 bytes; the same mask on every device.
+using DropoutMaskFn = void (*)(uint8_t* keep, int64_t n, double p, PhiloxState state);
+// out[i] = start + i * step.
+using ArangeFn = void (*)(DType dtype, void* out, int64_t n, double start, double step);
+
+#define HEED_FOR_EACH_KERNEL(X)                                                                    \
+  X(allocate, AllocateFn) X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn)      \
+  X(copy, CopyFn) X(unary, UnaryFn) X(binary, BinaryFn) X(where, WhereFn) X(reduce, ReduceFn)       \
+  X(variance, VarianceFn) X(gemm, GemmFn) X(softmax_forward, SoftmaxForwardFn)                      \
+  X(softmax_backward, SoftmaxBackwardFn) X(cross_entropy_forward, CrossEntropyForwardFn)            \
+  X(cross_entropy_backward, CrossEntropyBackwardFn) X(index_select, IndexSelectFn)                  \
+  X(index_add, IndexAddFn) X(gather, GatherFn) X(scatter_add, ScatterAddFn) X(random, RandomFn)     \
+  X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn)
+
+struct KernelTable {
+#define HEED_KERNEL_FIELD(name, type) type name = nullptr;
+  HEED_FOR_EACH_KERNEL(HEED_KERNEL_FIELD)
+#undef HEED_KERNEL_FIELD
+};
+
+// The table of a device type. CUDA's table is empty when heed was built without CUDA.
+const KernelTable& kernel_table(DeviceType type);
+
+[[noreturn]] void throw_missing_kernel(const char* kernel, Device device);
+
+// Name and presence of every kernel for a device type, in declaration order.
+struct KernelSupport {
+  const char* name;
+  bool implemented;
+};
+int kernel_count();
+KernelSupport kernel_support(DeviceType type, int i);
+
+}  // namespace heed::kernels
+
+// Fetches a kernel for a device or throws "kernel 'x' is not implemented for device y".
+#define HEED_KERNEL(device, name)                                                   \
+  ([&]() {                                                                          \
+    auto fn__ = ::heed::kernels::kernel_table((device).type).name;                  \
+    if (!fn__) [[unlikely]] ::heed::kernels::throw_missing_kernel(#name, (device)); \
+    return fn__;                                                                    \
+  }())
