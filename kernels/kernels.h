@@ -150,6 +150,23 @@ using RandomFn = void (*)(RandomKind kind, DType dtype, void* out, int64_t n, do
 using DropoutMaskFn = void (*)(uint8_t* keep, int64_t n, double p, PhiloxState state);
 // out[i] = start + i * step.
 using ArangeFn = void (*)(DType dtype, void* out, int64_t n, double start, double step);
+// One Adam/AdamW update of a contiguous parameter in a single pass (param, grad, moments
+// all float32 or all float64, n elements). decoupled_weight_decay: AdamW (p -= lr*wd*p)
+// instead of L2 added to the gradient. `step` counts from 1 (bias correction).
+// max_exp_avg_sq is null unless amsgrad.
+struct AdamStepArgs {
+  DType dtype = kFloat32;
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  void* max_exp_avg_sq = nullptr;
+  int64_t n = 0;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled_weight_decay = false;
+  int64_t step = 1;
+};
+using AdamStepFn = void (*)(const AdamStepArgs& args);
 
 #define HEED_FOR_EACH_KERNEL(X)                                                                    \
   X(allocate, AllocateFn) X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn)      \
@@ -158,7 +175,7 @@ using ArangeFn = void (*)(DType dtype, void* out, int64_t n, double start, doubl
   X(softmax_backward, SoftmaxBackwardFn) X(cross_entropy_forward, CrossEntropyForwardFn)            \
   X(cross_entropy_backward, CrossEntropyBackwardFn) X(index_select, IndexSelectFn)                  \
   X(index_add, IndexAddFn) X(gather, GatherFn) X(scatter_add, ScatterAddFn) X(random, RandomFn)     \
-  X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn)
+  X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn) X(adam_step, AdamStepFn)
 
 struct KernelTable {
 #define HEED_KERNEL_FIELD(name, type) type name = nullptr;

@@ -40,5 +40,6 @@ void scatter_add(DType dtype, void* out, int64_t outer, int64_t out_extent, int6
 void random(RandomKind kind, DType dtype, void* out, int64_t n, double a, double b, PhiloxState state);
 void dropout_mask(uint8_t* keep, int64_t n, double p, PhiloxState state);
 void arange(DType dtype, void* out, int64_t n, double start, double step);
+void adam_step(const AdamStepArgs& args);
 
 }  // namespace heed::kernels::cpu
