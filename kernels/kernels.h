@@ -167,6 +167,15 @@ struct AdamStepArgs {
   int64_t step = 1;
 };
 using AdamStepFn = void (*)(const AdamStepArgs& args);
+// LayerNorm over the last dim of contiguous x (rows, cols): y = (x - mean) * rstd * w + b.
+// weight/bias may be null (no affine). mean and rstd (rows) are written in the compute dtype
+// (float32 for 16-bit x) for backward.
+using LayerNormForwardFn = void (*)(DType dtype, const void* x, const void* weight, const void* bias, int64_t rows,
+                                    int64_t cols, double eps, void* y, void* mean, void* rstd);
+// dx (rows, cols); dweight/dbias (cols) are overwritten (not accumulated) when non-null.
+using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* weight, const void* mean,
+                                     const void* rstd, const void* dy, int64_t rows, int64_t cols, void* dx,
+                                     void* dweight, void* dbias);
 
 #define HEED_FOR_EACH_KERNEL(X)                                                                    \
   X(allocate, AllocateFn) X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn)      \
@@ -175,7 +184,8 @@ using AdamStepFn = void (*)(const AdamStepArgs& args);
   X(softmax_backward, SoftmaxBackwardFn) X(cross_entropy_forward, CrossEntropyForwardFn)            \
   X(cross_entropy_backward, CrossEntropyBackwardFn) X(index_select, IndexSelectFn)                  \
   X(index_add, IndexAddFn) X(gather, GatherFn) X(scatter_add, ScatterAddFn) X(random, RandomFn)     \
-  X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn) X(adam_step, AdamStepFn)
+  X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn) X(adam_step, AdamStepFn)                \
+  X(layer_norm_forward, LayerNormForwardFn) X(layer_norm_backward, LayerNormBackwardFn)
 
 struct KernelTable {
 #define HEED_KERNEL_FIELD(name, type) type name = nullptr;

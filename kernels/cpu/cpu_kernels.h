@@ -41,5 +41,9 @@ void random(RandomKind kind, DType dtype, void* out, int64_t n, double a, double
 void dropout_mask(uint8_t* keep, int64_t n, double p, PhiloxState state);
 void arange(DType dtype, void* out, int64_t n, double start, double step);
 void adam_step(const AdamStepArgs& args);
+void layer_norm_forward(DType dtype, const void* x, const void* weight, const void* bias, int64_t rows, int64_t cols,
+                        double eps, void* y, void* mean, void* rstd);
+void layer_norm_backward(DType dtype, const void* x, const void* weight, const void* mean, const void* rstd,
+                         const void* dy, int64_t rows, int64_t cols, void* dx, void* dweight, void* dbias);
 
 }  // namespace heed::kernels::cpu

@@ -1,0 +1,55 @@
+// heed/attention.h — scaled dot-product attention (namespace heed::F) and its masks.
+//
+// softmax(q k^T * scale + additive) v over the last two dims, with q (..., T, D),
+// k (..., S, D), v (..., S, Dv); the leading dims (usually (B, H)) broadcast.
+// Invariants:
+//  * The default scale is 1/sqrt(D) with D the head dimension (q.size(-1)), never d_model.
+//  * Scores and softmax are computed in float32 (float64 for float64 inputs), also for
+//    float16/bfloat16 inputs.
+//  * A query row whose keys are all masked yields zeros and zero (finite) gradients.
+//  * Causal masking is bottom-right aligned: query i sits at absolute position i + S - T, so
+//    a KV cache with S > T keys works unchanged.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "heed/tensor.h"
+
+namespace heed::F {
+
+struct AttentionMask {
+  bool causal = false;   // query i may attend key j only when j <= i + (S - T)
+  int64_t window = -1;   // >= 0: local attention, |i + (S - T) - j| <= window
+  Tensor key_lengths;    // int64 (B): keys at positions >= length are padding
+  Tensor key_padding;    // bool (B, S): true marks a padding key (PyTorch's key_padding_mask)
+  Tensor keep;           // bool, broadcastable to (..., T, S): true = may attend (PyTorch SDPA attn_mask)
+  Tensor additive;       // float, broadcastable to (..., T, S): added to the scores
+  bool restricts() const {
+    return causal || window >= 0 || key_lengths.defined() || key_padding.defined() || keep.defined();
+  }
+};
+
+// The combined "may attend" mask of everything in `mask` except `additive`, shaped to
+// broadcast against scores of shape `scores_shape` (..., T, S); undefined when nothing is
+// masked. Validates shapes and dtypes (heed::Error naming the offending mask).
+Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, Device device);
+
+struct AttentionResult {
+  Tensor output;   // (..., T, Dv)
+  Tensor weights;  // (..., T, S), after masking and softmax, before dropout
+};
+
+// The attention output. dropout_p > 0 drops attention weights (seeded; pass 0 in eval).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionMask& mask = {}, double dropout_p = 0.0,
+                                    std::optional<double> scale = std::nullopt, bool is_causal = false);
+
+// The same through the composed path, returning the attention weights too.
+AttentionResult scaled_dot_product_attention_with_weights(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                          const AttentionMask& mask = {},
+                                                          double dropout_p = 0.0,
+                                                          std::optional<double> scale = std::nullopt,
+                                                          bool is_causal = false);
+
+}  // namespace heed::F

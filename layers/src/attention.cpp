@@ -1,0 +1,359 @@
+// layers/src/attention.cpp — attention modules (see heed/nn/attention.h).
+#include "heed/nn/attention.h"
+
+#include <cmath>
+
+#include "heed/autograd.h"
+#include "heed/nn/init.h"
+#include "heed/ops.h"
+
+namespace heed::nn {
+
+// ---- scale modes ----------------------------------------------------------------------------
+
+const char* attention_scale_name(AttentionScale scale) {
+  switch (scale) {
+    case AttentionScale::SqrtDk: return "sqrt_dk";
+    case AttentionScale::None: return "none";
+    case AttentionScale::Learnable: return "learnable";
+    case AttentionScale::Affine: return "affine";
+    case AttentionScale::Cosine: return "cosine";
+    case AttentionScale::Fixed: return "fixed";
+  }
+  return "?";
+}
+
+AttentionScale parse_attention_scale(const std::string& text) {
+  for (AttentionScale s : {AttentionScale::SqrtDk, AttentionScale::None, AttentionScale::Learnable,
+                           AttentionScale::Affine, AttentionScale::Cosine})
+    if (text == attention_scale_name(s)) return s;
+  fail("parse_attention_scale", "unknown attention scale '{}' (expected sqrt_dk, none, learnable, affine or cosine)",
+       text);
+}
+
+AttentionScaling::AttentionScaling(AttentionScale mode, int64_t d_k, int64_t heads, double fixed_scale)
+    : Module("AttentionScaling"), mode_(mode), d_k_(d_k), heads_(heads), fixed_scale_(fixed_scale) {
+  HEED_CHECK(d_k > 0 && heads > 0, "AttentionScaling", "d_k and heads must be positive, got {} and {}", d_k, heads);
+  HEED_CHECK(mode != AttentionScale::Fixed || (std::isfinite(fixed_scale) && fixed_scale != 0.0),
+             "AttentionScaling", "a fixed scale must be finite and non-zero, got {}", fixed_scale);
+  const double root = std::sqrt(static_cast<double>(d_k));
+  switch (mode) {
+    case AttentionScale::Learnable: alpha = register_parameter("alpha", full({heads}, 1.0 / root)); break;
+    case AttentionScale::Affine:
+      alpha = register_parameter("alpha", ones({heads}));
+      beta = register_parameter("beta", zeros({heads}));
+      break;
+    case AttentionScale::Cosine: tau = register_parameter("tau", full({heads}, root)); break;
+    default: break;
+  }
+}
+
+AttentionScaling::Scaled AttentionScaling::apply(const Tensor& q, const Tensor& k) const {
+  // Per-head parameters (H) broadcast over (..., H, L, d_k) as (H, 1, 1).
+  auto per_head = [&](const Tensor& p) { return p.view({heads_, 1, 1}); };
+  switch (mode_) {
+    case AttentionScale::SqrtDk: return {q, k, 1.0 / std::sqrt(static_cast<double>(d_k_))};
+    case AttentionScale::None: return {q, k, 1.0};
+    case AttentionScale::Fixed: return {q, k, fixed_scale_};
+    case AttentionScale::Learnable: return {q * per_head(alpha).to(q.dtype()), k, 1.0};
+    case AttentionScale::Affine: {
+      Tensor denominator = alpha * std::sqrt(static_cast<double>(d_k_)) + beta;
+      return {q * per_head(rdiv_scalar(denominator, 1.0)).to(q.dtype()), k, 1.0};
+    }
+    case AttentionScale::Cosine: {
+      auto normalize = [](const Tensor& x) { return x * rsqrt(sum(x * x, {-1}, true) + 1e-12); };
+      return {normalize(q) * per_head(tau).to(q.dtype()), normalize(k), 1.0};
+    }
+  }
+  return {q, k, 1.0};
+}
+
+std::vector<double> AttentionScaling::effective_scale() const {
+  std::vector<double> out(static_cast<size_t>(heads_));
+  const double root = std::sqrt(static_cast<double>(d_k_));
+  for (int64_t h = 0; h < heads_; ++h) {
+    switch (mode_) {
+      case AttentionScale::SqrtDk: out[h] = 1.0 / root; break;
+      case AttentionScale::None: out[h] = 1.0; break;
+      case AttentionScale::Fixed: out[h] = fixed_scale_; break;
+      case AttentionScale::Learnable: out[h] = alpha.at<double>({h}); break;
+      case AttentionScale::Affine: out[h] = 1.0 / (alpha.at<double>({h}) * root + beta.at<double>({h})); break;
+      case AttentionScale::Cosine: out[h] = tau.at<double>({h}); break;
+    }
+  }
+  return out;
+}
+
+void KVCache::reorder(const Tensor& indices) {
+  if (!k.defined()) return;
+  k = index_select(k, 0, indices);
+  v = index_select(v, 0, indices);
+}
+
+// ---- single head ----------------------------------------------------------------------------
+
+ScaledDotProductAttention::ScaledDotProductAttention(int64_t d_k, AttentionScale scale, double dropout,
+                                                     double fixed_scale)
+    : Module("ScaledDotProductAttention"), dropout_(dropout) {
+  HEED_CHECK(dropout >= 0.0 && dropout < 1.0, "ScaledDotProductAttention", "dropout must be in [0, 1), got {}",
+             dropout);
+  scaling = register_module("scaling", std::make_shared<AttentionScaling>(scale, d_k, 1, fixed_scale));
+}
+
+F::AttentionResult ScaledDotProductAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                      const F::AttentionMask& mask, bool need_weights) const {
+  const AttentionScaling::Scaled s = scaling->apply(q, k);
+  const double p = is_training() ? dropout_ : 0.0;
+  if (need_weights) return F::scaled_dot_product_attention_with_weights(s.q, s.k, v, mask, p, s.scale);
+  return {F::scaled_dot_product_attention(s.q, s.k, v, mask, p, s.scale), Tensor()};
+}
+
+// ---- multi-head -----------------------------------------------------------------------------
+
+const char* projection_layout_name(ProjectionLayout layout) {
+  switch (layout) {
+    case ProjectionLayout::Separate: return "separate";
+    case ProjectionLayout::FusedQKV: return "fused_qkv";
+    case ProjectionLayout::PerHead: return "per_head";
+  }
+  return "?";
+}
+
+namespace {
+
+// The projections of one head in the PerHead layout.
+class HeadProjections : public Module {
+ public:
+  HeadProjections(int64_t d_model, int64_t d_head, bool shared_kv, bool bias) : Module("HeadProjections") {
+    q_proj = register_module("q_proj", std::make_shared<Linear>(d_model, d_head, bias));
+    if (shared_kv) {
+      kv_proj = register_module("kv_proj", std::make_shared<Linear>(d_model, d_head, bias));
+    } else {
+      k_proj = register_module("k_proj", std::make_shared<Linear>(d_model, d_head, bias));
+      v_proj = register_module("v_proj", std::make_shared<Linear>(d_model, d_head, bias));
+    }
+  }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, kv_proj;
+};
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options)
+    : Module("MultiHeadAttention"), options_(options) {
+  const int64_t C = options.d_model, H = options.heads;
+  HEED_CHECK(C > 0 && H > 0, "MultiHeadAttention", "d_model and heads must be positive, got {} and {}", C, H);
+  HEED_CHECK(C % H == 0, "MultiHeadAttention",
+             "d_model {} is not divisible by heads {}: d_head = d_model / heads must be an integer", C, H);
+  HEED_CHECK(options.dropout >= 0.0 && options.dropout < 1.0, "MultiHeadAttention",
+             "dropout must be in [0, 1), got {}", options.dropout);
+  d_head_ = C / H;
+  const bool kv_shared = options.shared_kv;
+  switch (options.layout) {
+    case ProjectionLayout::Separate:
+      q_proj = register_module("q_proj", std::make_shared<Linear>(C, C, options.bias));
+      if (kv_shared) {
+        kv_proj = register_module("kv_proj", std::make_shared<Linear>(C, C, options.bias));
+      } else {
+        k_proj = register_module("k_proj", std::make_shared<Linear>(C, C, options.bias));
+        v_proj = register_module("v_proj", std::make_shared<Linear>(C, C, options.bias));
+      }
+      break;
+    case ProjectionLayout::FusedQKV:
+      qkv_proj = register_module("qkv_proj", std::make_shared<Linear>(C, (kv_shared ? 2 : 3) * C, options.bias));
+      break;
+    case ProjectionLayout::PerHead:
+      heads = register_module("heads", std::make_shared<ModuleList>());
+      for (int64_t h = 0; h < H; ++h) heads->push_back(std::make_shared<HeadProjections>(C, d_head_, kv_shared, options.bias));
+      break;
+  }
+  out_proj = register_module("out_proj", std::make_shared<Linear>(C, C, options.bias));
+  scaling = register_module("scaling", std::make_shared<AttentionScaling>(options.scale, d_head_, H, options.fixed_scale));
+
+  // Optional initialisation recipes (seed 003 sec. 7.1).
+  if (options.qk_gain > 0.0) {
+    NoGradGuard no_grad;
+    auto xavier_rows = [&](const Tensor& weight, int64_t row0, int64_t rows) {
+      Tensor block = empty({rows, C});
+      init::xavier_uniform_(block, options.qk_gain);
+      weight.narrow(0, row0, rows).copy_(block);
+    };
+    switch (options.layout) {
+      case ProjectionLayout::Separate:
+        init::xavier_uniform_(q_proj->weight, options.qk_gain);
+        init::xavier_uniform_(kv_shared ? kv_proj->weight : k_proj->weight, options.qk_gain);
+        break;
+      case ProjectionLayout::FusedQKV:
+        xavier_rows(qkv_proj->weight, 0, C);
+        xavier_rows(qkv_proj->weight, C, C);
+        break;
+      case ProjectionLayout::PerHead:
+        for (int64_t h = 0; h < H; ++h) {
+          auto head = heads->at<HeadProjections>(static_cast<size_t>(h));
+          init::xavier_uniform_(head->q_proj->weight, options.qk_gain);
+          init::xavier_uniform_(kv_shared ? head->kv_proj->weight : head->k_proj->weight, options.qk_gain);
+        }
+        break;
+    }
+  }
+  if (options.orthogonal_output) init::orthogonal_(out_proj->weight);
+}
+
+Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
+  return x.view({x.size(0), x.size(1), options_.heads, d_head_}).transpose(1, 2);  // (B,H,L,dh)
+}
+
+Tensor MultiHeadAttention::project_query(const Tensor& x) const {
+  const int64_t C = options_.d_model;
+  switch (options_.layout) {
+    case ProjectionLayout::Separate: return split_heads(q_proj->forward(x));
+    case ProjectionLayout::FusedQKV: {
+      const Tensor& w = qkv_proj->weight;
+      const Tensor b = qkv_proj->bias.defined() ? qkv_proj->bias.narrow(0, 0, C) : Tensor();
+      return split_heads(F::linear(x, w.narrow(0, 0, C), b));
+    }
+    case ProjectionLayout::PerHead: {
+      std::vector<Tensor> per_head;
+      for (size_t h = 0; h < heads->size(); ++h) per_head.push_back(heads->at<HeadProjections>(h)->q_proj->forward(x));
+      return stack(per_head, 1);  // (B,H,L,dh)
+    }
+  }
+  return Tensor();
+}
+
+std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& key, const Tensor& value) const {
+  const int64_t C = options_.d_model;
+  const bool same = key.is_same(value);
+  switch (options_.layout) {
+    case ProjectionLayout::Separate: {
+      if (options_.shared_kv) {
+        Tensor k = split_heads(kv_proj->forward(key));
+        return {k, same ? k : split_heads(kv_proj->forward(value))};
+      }
+      return {split_heads(k_proj->forward(key)), split_heads(v_proj->forward(value))};
+    }
+    case ProjectionLayout::FusedQKV: {
+      const Tensor& w = qkv_proj->weight;
+      const Tensor& b = qkv_proj->bias;
+      auto rows = [&](const Tensor& x, int64_t row0) {
+        return split_heads(F::linear(x, w.narrow(0, row0, C), b.defined() ? b.narrow(0, row0, C) : Tensor()));
+      };
+      if (options_.shared_kv) {
+        Tensor k = rows(key, C);
+        return {k, same ? k : rows(value, C)};
+      }
+      return {rows(key, C), rows(value, 2 * C)};
+    }
+    case ProjectionLayout::PerHead: {
+      std::vector<Tensor> ks, vs;
+      for (size_t h = 0; h < heads->size(); ++h) {
+        auto head = heads->at<HeadProjections>(h);
+        if (options_.shared_kv) {
+          ks.push_back(head->kv_proj->forward(key));
+          vs.push_back(same ? ks.back() : head->kv_proj->forward(value));
+        } else {
+          ks.push_back(head->k_proj->forward(key));
+          vs.push_back(head->v_proj->forward(value));
+        }
+      }
+      return {stack(ks, 1), stack(vs, 1)};
+    }
+  }
+  return {};
+}
+
+F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                               const F::AttentionMask& mask, bool need_weights,
+                                               KVCache* cache) const {
+  const char* name = "MultiHeadAttention";
+  const int64_t C = options_.d_model;
+  for (const Tensor* t : {&query, &key, &value}) {
+    HEED_CHECK(t->defined() && t->dim() == 3 && t->size(2) == C, name,
+               "expects (B, L, {}) inputs, got query {}, key {}, value {}", C, shape_str(query.shape()),
+               key.defined() ? shape_str(key.shape()) : "undefined", value.defined() ? shape_str(value.shape()) : "undefined");
+  }
+  HEED_CHECK(key.size(0) == query.size(0) && value.size(0) == query.size(0) && key.size(1) == value.size(1), name,
+             "batch and key lengths must agree: query {}, key {}, value {}", shape_str(query.shape()),
+             shape_str(key.shape()), shape_str(value.shape()));
+  const int64_t B = query.size(0), T = query.size(1);
+
+  Tensor q, k, v;
+  const bool self_fused = options_.layout == ProjectionLayout::FusedQKV && !options_.shared_kv &&
+                          query.is_same(key) && key.is_same(value) && !(cache && cache->is_static);
+  if (self_fused) {
+    // One (B,T,3C) projection split three ways.
+    std::vector<Tensor> parts = qkv_proj->forward(query).split(C, 2);
+    q = split_heads(parts[0]);
+    k = split_heads(parts[1]);
+    v = split_heads(parts[2]);
+  } else {
+    q = project_query(query);
+    if (!(cache && cache->is_static && cache->k.defined())) std::tie(k, v) = project_key_value(key, value);
+  }
+  if (cache) {
+    if (cache->is_static) {
+      if (!cache->k.defined()) {
+        cache->k = k;
+        cache->v = v;
+      }
+      k = cache->k;
+      v = cache->v;
+    } else {
+      if (cache->k.defined()) {
+        HEED_CHECK(cache->k.size(0) == B, name, "the KV cache holds batch {} but the input has batch {}",
+                   cache->k.size(0), B);
+        k = cat({cache->k, k}, 2);
+        v = cat({cache->v, v}, 2);
+      }
+      cache->k = k;
+      cache->v = v;
+    }
+  }
+
+  F::AttentionMask full_mask = mask;
+  if (options_.window >= 0) full_mask.window = options_.window;
+  const AttentionScaling::Scaled s = scaling->apply(q, k);
+  const double p = is_training() ? options_.dropout : 0.0;
+  F::AttentionResult r;
+  if (need_weights || record_weights_) {
+    r = F::scaled_dot_product_attention_with_weights(s.q, s.k, v, full_mask, p, s.scale);
+    if (record_weights_) last_weights_ = r.weights.detach();
+    if (!need_weights) r.weights = Tensor();
+  } else {
+    r.output = F::scaled_dot_product_attention(s.q, s.k, v, full_mask, p, s.scale);
+  }
+  // (B,H,T,dh) -> (B,T,C)
+  r.output = out_proj->forward(r.output.transpose(1, 2).reshape({B, T, C}));
+  return r;
+}
+
+// ---- additive attention ---------------------------------------------------------------------
+
+AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t hidden_dim)
+    : Module("AdditiveAttention") {
+  w_query = register_module("w_query", std::make_shared<Linear>(query_dim, hidden_dim, false));
+  w_key = register_module("w_key", std::make_shared<Linear>(key_dim, hidden_dim, true));
+  v = register_parameter("v", empty({hidden_dim}));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_dim));
+  init::uniform_(v, -bound, bound);
+}
+
+F::AttentionResult AdditiveAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                              const F::AttentionMask& mask) const {
+  const char* name = "AdditiveAttention";
+  HEED_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3, name,
+             "expects (B, T, Dq) queries and (B, S, D) keys/values, got {}, {}, {}", shape_str(query.shape()),
+             shape_str(key.shape()), shape_str(value.shape()));
+  HEED_CHECK(key.size(1) == value.size(1) && key.size(0) == query.size(0) && value.size(0) == query.size(0), name,
+             "batch and key lengths must agree: query {}, key {}, value {}", shape_str(query.shape()),
+             shape_str(key.shape()), shape_str(value.shape()));
+  Tensor wq = w_query->forward(query).unsqueeze(2);  // (B,T,1,A)
+  Tensor wk = w_key->forward(key).unsqueeze(1);      // (B,1,S,A)
+  Tensor scores = matmul(tanh(wq + wk), v);          // (B,T,S)
+  if (mask.additive.defined()) scores = scores + mask.additive;
+  const Tensor keep = F::attention_keep_mask(mask, scores.shape(), scores.device());
+  if (keep.defined()) scores = masked_fill(scores, logical_not(keep), -INFINITY);
+  Tensor weights = F::softmax(scores, -1);
+  return {matmul(weights, value), weights};
+}
+
+}  // namespace heed::nn
