@@ -54,6 +54,9 @@ Tensor gelu(const Tensor& x, GeluApproximation approximation) { return heed::gel
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_defined(x, "linear");
   detail::check_defined(weight, "linear", "weight");
+  detail::check_floating(x, "linear");
+  detail::check_floating(weight, "linear");
+  detail::check_same_device(x, weight, "linear");
   HEED_CHECK(weight.dim() == 2, "linear", "weight must be 2-D (out_features, in_features), got shape {}",
              shape_str(weight.shape()));
   HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear",
@@ -74,9 +77,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   HEED_CHECK(weight.dim() == 2, "embedding", "weight must be 2-D (num_embeddings, dim), got shape {}",
              shape_str(weight.shape()));
   detail::check_index_dtype(indices, "embedding", "indices");
+  detail::check_same_device(weight, indices, "embedding");
+  // Validated here so that a bad index is reported as an embedding error.
+  const Tensor rows = detail::checked_indices(indices, weight.shape()[0], "embedding");
   Dims out_shape = indices.shape();
   out_shape.push_back(weight.shape()[1]);
-  return index_select(weight, 0, indices.reshape({indices.numel()})).view(out_shape);
+  return index_select(weight, 0, rows.reshape({rows.numel()})).view(out_shape);
 }
 
 // ---- cross entropy --------------------------------------------------------------------------
