@@ -1,9 +1,85 @@
 // kernels/cpu/optim.cpp — fused optimizer updates (one pass over each parameter).
+//
+// Invariants: adam_step reads and writes each element of param/exp_avg/exp_avg_sq
+// (/max_exp_avg_sq) exactly once, in the parameter's own precision (float32 or float64), with
+// per-step scalars computed once in double; elements are independent, so the result does not
+// depend on the thread count.
+#include <cmath>
+
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 
 namespace heed::kernels::cpu {
 
-void adam_step(const AdamStepArgs& args) { fail("adam_step", "not implemented yet"); }
+namespace {
+
+template <typename T>
+void adam_step_typed(const AdamStepArgs& args) {
+  T* param = static_cast<T*>(args.param);
+  const T* grad = static_cast<const T*>(args.grad);
+  T* exp_avg = static_cast<T*>(args.exp_avg);
+  T* exp_avg_sq = static_cast<T*>(args.exp_avg_sq);
+  T* max_exp_avg_sq = static_cast<T*>(args.max_exp_avg_sq);
+
+  const double t = static_cast<double>(args.step);
+  const double bias_correction1 = 1.0 - std::pow(args.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(args.beta2, t);
+  const T step_size = static_cast<T>(args.lr / bias_correction1);
+  const T inv_bias_correction2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
+  const T beta1 = static_cast<T>(args.beta1), one_minus_beta1 = static_cast<T>(1.0 - args.beta1);
+  const T beta2 = static_cast<T>(args.beta2), one_minus_beta2 = static_cast<T>(1.0 - args.beta2);
+  const T eps = static_cast<T>(args.eps);
+  const bool has_decay = args.weight_decay != 0.0;
+  const bool decoupled = args.decoupled_weight_decay;
+  const T decay_factor = static_cast<T>(1.0 - args.lr * args.weight_decay);  // AdamW
+  const T l2 = static_cast<T>(args.weight_decay);                            // Adam
+
+  parallel_for(args.n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T p = param[i];
+      T g = grad[i];
+      if (has_decay) {
+        if (decoupled)
+          p *= decay_factor;
+        else
+          g += l2 * p;
+      }
+      const T m = beta1 * exp_avg[i] + one_minus_beta1 * g;
+      const T v = beta2 * exp_avg_sq[i] + one_minus_beta2 * g * g;
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+      T v_used = v;
+      if (max_exp_avg_sq) {
+        const T previous = max_exp_avg_sq[i];
+        v_used =
+            (v > previous || std::isnan(v)) ? v : previous;  // NaN propagates like torch.maximum
+        max_exp_avg_sq[i] = v_used;
+      }
+      const T denom = std::sqrt(v_used) * inv_bias_correction2_sqrt + eps;
+      param[i] = p - step_size * m / denom;
+    }
+  });
+}
+
+}  // namespace
+
+void adam_step(const AdamStepArgs& args) {
+  HEED_CHECK(args.n >= 0, "adam_step", "negative element count {}", args.n);
+  HEED_CHECK(args.step >= 1, "adam_step", "step counts from 1, got {}", args.step);
+  if (args.n == 0) return;
+  HEED_CHECK(args.param && args.grad && args.exp_avg && args.exp_avg_sq, "adam_step",
+             "null buffer pointer for {} elements", args.n);
+  switch (args.dtype) {
+    case DType::Float32:
+      adam_step_typed<float>(args);
+      return;
+    case DType::Float64:
+      adam_step_typed<double>(args);
+      return;
+    default:
+      fail("adam_step", "the CPU kernel supports float32 and float64 parameters, got {}",
+           dtype_name(args.dtype));
+  }
+}
 
 }  // namespace heed::kernels::cpu

@@ -1,0 +1,90 @@
+// framework/src/clip.cpp — clip_grad_norm_ and clip_grad_value_.
+//
+// Invariants: norms accumulate in float64 on the gradients' devices; a gradient tensor shared
+// by several parameters is scaled once; non-finite norms never modify a gradient.
+#include "heed/clip.h"
+
+#include <set>
+
+#include "heed/autograd.h"
+#include "heed/ops.h"
+
+namespace heed::nn {
+
+namespace {
+
+// The distinct defined gradients of `params`.
+std::vector<Tensor> gradients_of(const std::vector<Tensor>& params, const char* op) {
+  std::vector<Tensor> grads;
+  std::set<const TensorImpl*> seen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    HEED_CHECK(params[i].defined(), op, "parameter {} is an undefined Tensor", i);
+    Tensor grad = params[i].grad();
+    if (!grad.defined() || !seen.insert(grad.impl_ptr().get()).second) continue;
+    grads.push_back(grad);
+  }
+  return grads;
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  constexpr const char* kOp = "clip_grad_norm_";
+  HEED_CHECK(max_norm >= 0.0, kOp, "max_norm must be >= 0, got {}", max_norm);
+  HEED_CHECK(norm_type > 0.0, kOp, "norm_type must be > 0 or INFINITY, got {}", norm_type);
+  const std::vector<Tensor> grads = gradients_of(params, kOp);
+  NoGradGuard no_grad;
+  double total = 0.0;
+  const bool max_norm_type = std::isinf(norm_type);
+  for (const Tensor& grad : grads) {
+    if (grad.numel() == 0) continue;
+    Tensor g = grad.detach().to(kFloat64);
+    if (max_norm_type) {
+      const double largest = max(abs(g)).item<double>();
+      total = (std::isnan(largest) || largest > total) ? largest : total;
+      if (std::isnan(total)) break;
+    } else if (norm_type == 2.0) {
+      total += sum(square(g)).item<double>();
+    } else if (norm_type == 1.0) {
+      total += sum(abs(g)).item<double>();
+    } else {
+      total += sum(pow(abs(g), norm_type)).item<double>();
+    }
+  }
+  if (!max_norm_type) {
+    if (norm_type == 2.0)
+      total = std::sqrt(total);
+    else if (norm_type != 1.0)
+      total = std::pow(total, 1.0 / norm_type);
+  }
+  if (!std::isfinite(total)) {
+    HEED_CHECK(!error_if_nonfinite, kOp,
+               "the total norm of order {} of the gradients of {} parameters is non-finite ({}), "
+               "so they cannot be clipped; set error_if_nonfinite=false to skip clipping",
+               norm_type, params.size(), total);
+    return total;
+  }
+  if (total > max_norm) {
+    const double coefficient = max_norm / (total + 1e-6);
+    for (const Tensor& grad : grads) {
+      Tensor g = grad;
+      g.mul_(coefficient);
+    }
+  }
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  constexpr const char* kOp = "clip_grad_value_";
+  HEED_CHECK(clip_value >= 0.0, kOp, "clip_value must be >= 0, got {}", clip_value);
+  const std::vector<Tensor> grads = gradients_of(params, kOp);
+  NoGradGuard no_grad;
+  for (const Tensor& grad : grads) {
+    if (grad.numel() == 0) continue;
+    Tensor g = grad;
+    g.copy_(clamp(grad.detach(), -clip_value, clip_value));
+  }
+}
+
+}  // namespace heed::nn
