@@ -205,7 +205,7 @@ Tensor TransformerLM::forward(const Tensor& idx, std::vector<KVCache>* caches) c
   const int64_t offset = caches ? (*caches)[0].length() : 0;
   Tensor x = embed_dropout->forward(tok_embed->forward(idx) + pos_embed->forward(T, offset));  // (B,T,C)
   F::AttentionMask causal;
-  causal.causal = true;
+  causal.causal = options_.causal;
   for (size_t i = 0; i < blocks->size(); ++i) x = block(i)->forward(x, causal, caches ? &(*caches)[i] : nullptr);
   x = norm->forward(x);
   return head ? head->forward(x) : matmul(x, tok_embed->weight.t());  // (B,T,V)

@@ -19,21 +19,28 @@
 namespace heed::F {
 
 struct AttentionMask {
-  bool causal = false;   // query i may attend key j only when j <= i + (S - T)
-  int64_t window = -1;   // >= 0: local attention, |i + (S - T) - j| <= window
-  Tensor key_lengths;    // int64 (B): keys at positions >= length are padding
-  Tensor key_padding;    // bool (B, S): true marks a padding key (PyTorch's key_padding_mask)
-  Tensor keep;           // bool, broadcastable to (..., T, S): true = may attend (PyTorch SDPA attn_mask)
-  Tensor additive;       // float, broadcastable to (..., T, S): added to the scores
+  bool causal = false;  // query i may attend key j only when j <= i + (S - T)
+  int64_t window = -1;  // >= 0: local attention, |i + (S - T) - j| <= window
+  Tensor key_lengths;   // int64 (B): keys at positions >= length are padding
+  Tensor key_padding;   // bool (B, S): true marks a padding key (PyTorch's key_padding_mask)
+  Tensor keep;  // bool, broadcastable to (..., T, S): true = may attend (PyTorch SDPA attn_mask)
+  Tensor additive;  // float, broadcastable to (..., T, S): added to the scores
   bool restricts() const {
-    return causal || window >= 0 || key_lengths.defined() || key_padding.defined() || keep.defined();
+    return causal || window >= 0 || key_lengths.defined() || key_padding.defined() ||
+           keep.defined();
   }
 };
 
 // The combined "may attend" mask of everything in `mask` except `additive`, shaped to
 // broadcast against scores of shape `scores_shape` (..., T, S); undefined when nothing is
-// masked. Validates shapes and dtypes (heed::Error naming the offending mask).
-Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, Device device);
+// masked. Validates shapes and dtypes (heed::Error naming `op` and the offending mask).
+Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, Device device,
+                           const char* op = "scaled_dot_product_attention");
+
+// Validates an additive (float) mask against scores of shape `scores_shape`: floating dtype,
+// and broadcastable to exactly that shape (heed::Error naming `op` otherwise).
+void check_additive_mask(const Tensor& additive, const Dims& scores_shape,
+                         const char* op = "scaled_dot_product_attention");
 
 struct AttentionResult {
   Tensor output;   // (..., T, Dv)
@@ -43,13 +50,22 @@ struct AttentionResult {
 // The attention output. dropout_p > 0 drops attention weights (seeded; pass 0 in eval).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionMask& mask = {}, double dropout_p = 0.0,
-                                    std::optional<double> scale = std::nullopt, bool is_causal = false);
+                                    std::optional<double> scale = std::nullopt,
+                                    bool is_causal = false);
 
 // The same through the composed path, returning the attention weights too.
-AttentionResult scaled_dot_product_attention_with_weights(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                          const AttentionMask& mask = {},
-                                                          double dropout_p = 0.0,
-                                                          std::optional<double> scale = std::nullopt,
-                                                          bool is_causal = false);
+AttentionResult scaled_dot_product_attention_with_weights(
+    const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask = {},
+    double dropout_p = 0.0, std::optional<double> scale = std::nullopt, bool is_causal = false);
+
+// The fused (flash-style) kernel explicitly: O(T) memory (only a log-sum-exp per query row is
+// saved), masked key blocks skipped, dropout regenerated in backward. q (B, H, T, D),
+// k (B, H, S, D), v (B, H, S, Dv) with equal B and H (or 3-D (B, L, D) for one head).
+// scaled_dot_product_attention uses it whenever the device has the kernel and the shapes fit.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionMask& mask = {}, double dropout_p = 0.0,
+                       std::optional<double> scale = std::nullopt, bool is_causal = false);
+// Whether flash_attention can run these inputs (device kernel present, matching (B, H)).
+bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 
 }  // namespace heed::F

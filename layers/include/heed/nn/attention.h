@@ -63,7 +63,11 @@ struct KVCache {
   Tensor k, v;
   bool is_static = false;  // cross-attention: computed once from the encoder memory
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
-  void reset() { *this = KVCache(); }
+  // Empties the cache; a static (cross-attention) cache stays static.
+  void reset() {
+    k = Tensor();
+    v = Tensor();
+  }
   // Keeps batch rows `indices` (int64), e.g. to follow beams in beam search.
   void reorder(const Tensor& indices);
 };
@@ -79,6 +83,7 @@ class ScaledDotProductAttention : public Module {
   std::shared_ptr<AttentionScaling> scaling;
 
  private:
+  int64_t d_k_;
   double dropout_;
 };
 
@@ -125,6 +130,9 @@ class MultiHeadAttention : public Module {
   // last call, for the diagnostics; the composed attention path is used then.
   void set_record_weights(bool on) { record_weights_ = on; }
   const Tensor& last_weights() const { return last_weights_; }
+  // The largest |q.k| (before any scaling) of the last recorded forward, -1 when none was
+  // recorded: the doctor's fp16 overflow check.
+  double last_max_abs_score() const { return last_max_abs_score_; }
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, kv_proj, qkv_proj, out_proj;
   std::shared_ptr<ModuleList> heads;  // PerHead layout: per-head Modules with q/k/v(kv)_proj
@@ -140,6 +148,7 @@ class MultiHeadAttention : public Module {
   int64_t d_head_;
   bool record_weights_ = false;
   mutable Tensor last_weights_;
+  mutable double last_max_abs_score_ = -1.0;
 };
 
 // Bahdanau attention (seed 001 sec. 6.1): score(q, k) = v^T tanh(W_q q + W_k k), with

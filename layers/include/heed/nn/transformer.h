@@ -144,6 +144,7 @@ struct TransformerLMOptions {
   Activation activation = Activation::GELU;
   ProjectionLayout layout = ProjectionLayout::FusedQKV;
   AttentionScale scale = AttentionScale::SqrtDk;
+  bool causal = true;  // false only to plant a fault for the doctor's tests
 };
 
 // Decoder-only language model: token + learned position embeddings, pre-LN causal blocks,
