@@ -177,6 +177,40 @@ using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* wei
                                      const void* rstd, const void* dy, int64_t rows, int64_t cols, void* dx,
                                      void* dweight, void* dbias);
 
+// Fused (flash-style) attention over contiguous q (B,H,T,D), k (B,H,S,D), v (B,H,S,Dv):
+// online softmax over key blocks; only the per-row log-sum-exp is kept for backward; blocks
+// that causal/window/key-length masks exclude are skipped. Masks: causal (bottom-right
+// aligned: query i sits at i + S - T), window (|pos_i - j| <= window, -1 = off),
+// key_lengths (B, int64, null = off), keep (bool view broadcast to (B,H,T,S), data null =
+// off) and additive (compute-dtype view broadcast to (B,H,T,S), data null = off). Dropout
+// on the attention weights uses philox_uniform(seed, offset + ((b*H + h)*T + i)*S + j) >= p,
+// the same mask F::dropout draws for a (B,H,T,S) tensor. A fully masked row gives output 0
+// and lse -inf. dtype float32 or float64.
+struct FlashAttentionArgs {
+  DType dtype = kFloat32;
+  int64_t batch = 0, heads = 0, queries = 0, keys = 0, head_dim = 0, value_dim = 0;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  double scale = 1.0;
+  bool causal = false;
+  int64_t window = -1;
+  const int64_t* key_lengths = nullptr;
+  StridedView keep;
+  StridedView additive;
+  double dropout_p = 0.0;
+  PhiloxState dropout_state;
+  // forward outputs / backward inputs
+  void* out = nullptr;  // (B,H,T,Dv)
+  void* lse = nullptr;  // (B,H,T)
+  // backward only
+  const void* grad_out = nullptr;  // (B,H,T,Dv) contiguous
+  void* grad_q = nullptr;          // written (not accumulated)
+  void* grad_k = nullptr;
+  void* grad_v = nullptr;
+};
+using FlashAttentionFn = void (*)(const FlashAttentionArgs& args);
+
 #define HEED_FOR_EACH_KERNEL(X)                                                                    \
   X(allocate, AllocateFn) X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn)      \
   X(copy, CopyFn) X(unary, UnaryFn) X(binary, BinaryFn) X(where, WhereFn) X(reduce, ReduceFn)       \
@@ -185,7 +219,8 @@ using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* wei
   X(cross_entropy_backward, CrossEntropyBackwardFn) X(index_select, IndexSelectFn)                  \
   X(index_add, IndexAddFn) X(gather, GatherFn) X(scatter_add, ScatterAddFn) X(random, RandomFn)     \
   X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn) X(adam_step, AdamStepFn)                \
-  X(layer_norm_forward, LayerNormForwardFn) X(layer_norm_backward, LayerNormBackwardFn)
+  X(layer_norm_forward, LayerNormForwardFn) X(layer_norm_backward, LayerNormBackwardFn)             \
+  X(flash_attention_forward, FlashAttentionFn) X(flash_attention_backward, FlashAttentionFn)
 
 struct KernelTable {
 #define HEED_KERNEL_FIELD(name, type) type name = nullptr;

@@ -6,7 +6,8 @@
 namespace heed::kernels::cpu {
 
 const KernelTable& kernel_table();
-void set_blas_threads(int n);
+// Sets heed's OpenMP threads (OpenBLAS stays single-threaded, see blas.cpp).
+void set_threads(int n);
 
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
@@ -43,6 +44,8 @@ void arange(DType dtype, void* out, int64_t n, double start, double step);
 void adam_step(const AdamStepArgs& args);
 void layer_norm_forward(DType dtype, const void* x, const void* weight, const void* bias, int64_t rows, int64_t cols,
                         double eps, void* y, void* mean, void* rstd);
+void flash_attention_forward(const FlashAttentionArgs& args);
+void flash_attention_backward(const FlashAttentionArgs& args);
 void layer_norm_backward(DType dtype, const void* x, const void* weight, const void* mean, const void* rstd,
                          const void* dy, int64_t rows, int64_t cols, void* dx, void* dweight, void* dbias);
 

@@ -1,0 +1,341 @@
+// kernels/cpu/flash_attention.cpp — flash-style scaled dot-product attention on the CPU.
+//
+// Forward: for each (batch, head, block of kBlockQ queries), an online softmax over blocks of
+// kBlockK keys: S = scale * Q K^T (BLAS), masks, running max m and sum l, acc = acc * e^(m_old -
+// m) + P V. Only lse = m + log l per row is stored for backward, never the T x S matrix.
+// Backward recomputes P = exp(S - lse) block by block: dV += P^T dO, dP = dO V^T,
+// dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q.
+// Invariants:
+//  * Blocks that causal/window/key-length masks exclude entirely are skipped.
+//  * A fully masked row has l = 0: output 0, lse = -inf, zero gradients.
+//  * Work is split by problem shape only (never by thread count), and every accumulation
+//    runs in a fixed order, so results are identical for any number of threads:
+//    with >= kSinglePassHeads (batch, head) pairs backward runs one pass per pair; with
+//    fewer, one pass per key block (dK, dV) and one per query block (dQ).
+//  * Dropout masks come from philox_uniform at the element's (b, h, i, j) index, so the
+//    composed path with F::dropout draws the same mask.
+#include <cblas.h>
+
+#include <vector>
+
+#include "cpu_common.h"
+#include "cpu_kernels.h"
+#include "heed/random.h"
+#include "vec_math.h"
+
+namespace heed::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kBlockQ = 64;
+constexpr int64_t kBlockK = 64;
+constexpr int64_t kSinglePassHeads = 8;
+
+// C (m,n) = alpha * A (m,k) * op(B) + beta * C, row-major, single call into BLAS.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+                a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+                a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+int64_t view_offset(const StridedView& v, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return b * v.strides[0] + h * v.strides[1] + i * v.strides[2] + j * v.strides[3];
+}
+
+// The geometry and masks of one problem, shared by forward and backward.
+template <typename T>
+struct Problem {
+  const FlashAttentionArgs& a;
+  int64_t B, H, T_, S, D, Dv, shift;  // shift = S - T: query i sits at key position i + shift
+  bool has_keep, has_additive;
+  explicit Problem(const FlashAttentionArgs& args)
+      : a(args), B(args.batch), H(args.heads), T_(args.queries), S(args.keys), D(args.head_dim),
+        Dv(args.value_dim), shift(args.keys - args.queries), has_keep(args.keep.data != nullptr),
+        has_additive(args.additive.data != nullptr) {}
+
+  int64_t key_limit(int64_t b) const { return a.key_lengths ? std::min(S, a.key_lengths[b]) : S; }
+
+  // Key range [lo, hi) that queries [i0, i1) may see at all (for block skipping).
+  void key_range(int64_t b, int64_t i0, int64_t i1, int64_t* lo, int64_t* hi) const {
+    *lo = 0;
+    *hi = key_limit(b);
+    if (a.causal) *hi = std::min(*hi, i1 - 1 + shift + 1);
+    if (a.window >= 0) {
+      *lo = std::max<int64_t>(0, i0 + shift - a.window);
+      *hi = std::min(*hi, i1 - 1 + shift + a.window + 1);
+    }
+    if (*hi < *lo) *hi = *lo;
+  }
+
+  // Whether element-wise masking is needed inside the tile [i0,i1) x [j0,j1).
+  bool tile_needs_mask(int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    if (has_keep || has_additive) return true;
+    if (j1 > key_limit(b)) return true;
+    if (a.causal && j1 - 1 > i0 + shift) return true;
+    if (a.window >= 0 && (j0 < i1 - 1 + shift - a.window || j1 - 1 > i0 + shift + a.window)) return true;
+    return false;
+  }
+
+  // Applies masks and the additive bias to a scores tile (rows x cols, ld = ldS).
+  void mask_tile(T* s, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    const int64_t limit = key_limit(b);
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    for (int64_t i = i0; i < i1; ++i) {
+      T* row = s + (i - i0) * ld;
+      const int64_t pos = i + shift;
+      for (int64_t j = j0; j < j1; ++j) {
+        bool keep = j < limit;
+        if (a.causal) keep = keep && j <= pos;
+        if (a.window >= 0) keep = keep && j >= pos - a.window && j <= pos + a.window;
+        if (keep && has_keep) keep = *(static_cast<const bool*>(a.keep.data) + view_offset(a.keep, b, h, i, j));
+        if (!keep) {
+          row[j - j0] = neg_inf;
+        } else if (has_additive) {
+          row[j - j0] += *(static_cast<const T*>(a.additive.data) + view_offset(a.additive, b, h, i, j));
+        }
+      }
+    }
+  }
+
+  // Multiplies a tile of probabilities by the dropout keep mask / (1 - p).
+  void dropout_tile(T* p, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    const float threshold = static_cast<float>(a.dropout_p);
+    const T scale = static_cast<T>(1.0 / (1.0 - a.dropout_p));
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint64_t base = a.dropout_state.offset + static_cast<uint64_t>(((b * H + h) * T_ + i) * S);
+      T* row = p + (i - i0) * ld;
+      for (int64_t j = j0; j < j1; ++j)
+        row[j - j0] = philox_uniform(a.dropout_state.seed, base + static_cast<uint64_t>(j)) >= threshold
+                          ? row[j - j0] * scale
+                          : T(0);
+    }
+  }
+};
+
+template <typename T>
+void forward_typed(const FlashAttentionArgs& args) {
+  const Problem<T> pr(args);
+  const T* Q = static_cast<const T*>(args.q);
+  const T* K = static_cast<const T*>(args.k);
+  const T* V = static_cast<const T*>(args.v);
+  T* O = static_cast<T*>(args.out);
+  T* LSE = static_cast<T*>(args.lse);
+  const int64_t q_blocks = (pr.T_ + kBlockQ - 1) / kBlockQ;
+  const T scale = static_cast<T>(args.scale);
+  const bool dropout = args.dropout_p > 0.0;
+  parallel_for(pr.B * pr.H * q_blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> s_tile(static_cast<size_t>(kBlockQ * kBlockK)), p_drop(dropout ? s_tile.size() : 0);
+    std::vector<T> acc(static_cast<size_t>(kBlockQ * pr.Dv)), m(kBlockQ), l(kBlockQ);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / q_blocks, qb = task % q_blocks, b = bh / pr.H, h = bh % pr.H;
+      const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ), rows = i1 - i0;
+      const T* q = Q + (bh * pr.T_ + i0) * pr.D;
+      const T* k = K + bh * pr.S * pr.D;
+      const T* v = V + bh * pr.S * pr.Dv;
+      std::fill(acc.begin(), acc.begin() + rows * pr.Dv, T(0));
+      std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
+      std::fill(l.begin(), l.end(), T(0));
+      int64_t lo, hi;
+      pr.key_range(b, i0, i1, &lo, &hi);
+      for (int64_t j0 = lo - lo % kBlockK; j0 < hi; j0 += kBlockK) {
+        const int64_t j1 = std::min(hi, j0 + kBlockK), cols = j1 - j0;
+        gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.D, k + j0 * pr.D, pr.D, T(0), s_tile.data(), kBlockK);
+        if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* srow = s_tile.data() + r * kBlockK;
+          T row_max = -std::numeric_limits<T>::infinity();
+          for (int64_t c = 0; c < cols; ++c) row_max = srow[c] > row_max ? srow[c] : row_max;
+          const T new_max = std::max(m[r], row_max);
+          if (new_max == -std::numeric_limits<T>::infinity()) {  // nothing visible yet
+            for (int64_t c = 0; c < cols; ++c) srow[c] = T(0);
+            continue;
+          }
+          const T correction = m[r] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[r] - new_max);
+          exp_shifted(srow, srow, cols, new_max);
+          T row_sum = 0;
+          for (int64_t c = 0; c < cols; ++c) row_sum += srow[c];
+          l[r] = l[r] * correction + row_sum;
+          m[r] = new_max;
+          if (correction != T(1)) {
+            T* arow = acc.data() + r * pr.Dv;
+            for (int64_t c = 0; c < pr.Dv; ++c) arow[c] *= correction;
+          }
+        }
+        const T* p = s_tile.data();
+        if (dropout) {
+          std::copy(s_tile.begin(), s_tile.end(), p_drop.begin());
+          pr.dropout_tile(p_drop.data(), kBlockK, b, h, i0, i1, j0, j1);
+          p = p_drop.data();
+        }
+        gemm<T>(false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.Dv, pr.Dv, T(1), acc.data(), pr.Dv);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        T* orow = O + (bh * pr.T_ + i0 + r) * pr.Dv;
+        const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
+        for (int64_t c = 0; c < pr.Dv; ++c) orow[c] = acc[static_cast<size_t>(r * pr.Dv + c)] * inv;
+        LSE[bh * pr.T_ + i0 + r] = l[r] > T(0) ? m[r] + std::log(l[r]) : -std::numeric_limits<T>::infinity();
+      }
+    }
+  });
+}
+
+// Backward state shared by the tile routine.
+template <typename T>
+struct BackwardTensors {
+  const T *Q, *K, *V, *O, *dO, *LSE;
+  T *dQ, *dK, *dV;
+  std::vector<T> delta;  // rowsum(dO * O), (B*H*T)
+};
+
+// One (query block, key block) tile of the backward pass. Accumulates into dq (rows x D,
+// may be null), dk (cols x D) and dv (cols x Dv) (may be null).
+template <typename T>
+struct TileScratch {
+  std::vector<T> p, dp, pd;
+  TileScratch() : p(kBlockQ * kBlockK), dp(kBlockQ * kBlockK), pd(kBlockQ * kBlockK) {}
+};
+
+template <typename T>
+void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh, int64_t i0, int64_t i1, int64_t j0,
+                   int64_t j1, T* dq, T* dk, T* dv, TileScratch<T>& s) {
+  const int64_t b = bh / pr.H, h = bh % pr.H, rows = i1 - i0, cols = j1 - j0;
+  const T scale = static_cast<T>(pr.a.scale);
+  const bool dropout = pr.a.dropout_p > 0.0;
+  const T* q = t.Q + (bh * pr.T_ + i0) * pr.D;
+  const T* k = t.K + (bh * pr.S + j0) * pr.D;
+  const T* v = t.V + (bh * pr.S + j0) * pr.Dv;
+  const T* dout = t.dO + (bh * pr.T_ + i0) * pr.Dv;
+  // P = exp(scale q k^T (+ masks) - lse)
+  gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.D, k, pr.D, T(0), s.p.data(), kBlockK);
+  if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* prow = s.p.data() + r * kBlockK;
+    const T lse = t.LSE[bh * pr.T_ + i0 + r];
+    if (lse == -std::numeric_limits<T>::infinity()) {
+      for (int64_t c = 0; c < cols; ++c) prow[c] = T(0);
+    } else {
+      exp_shifted(prow, prow, cols, lse);
+    }
+  }
+  const T* p_used = s.p.data();
+  if (dropout) {
+    std::copy(s.p.begin(), s.p.end(), s.pd.begin());
+    pr.dropout_tile(s.pd.data(), kBlockK, b, h, i0, i1, j0, j1);
+    p_used = s.pd.data();
+  }
+  if (dv) gemm<T>(true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.Dv, T(1), dv, pr.Dv);
+  // dP = dO v^T (times the dropout mask), dS = P (dP - delta)
+  gemm<T>(false, true, rows, cols, pr.Dv, T(1), dout, pr.Dv, v, pr.Dv, T(0), s.dp.data(), kBlockK);
+  if (dropout) pr.dropout_tile(s.dp.data(), kBlockK, b, h, i0, i1, j0, j1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
+    T* dprow = s.dp.data() + r * kBlockK;
+    const T* prow = s.p.data() + r * kBlockK;
+    for (int64_t c = 0; c < cols; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
+  }
+  if (dq) gemm<T>(false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.D, T(1), dq, pr.D);
+  if (dk) gemm<T>(true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.D, T(1), dk, pr.D);
+}
+
+template <typename T>
+void backward_typed(const FlashAttentionArgs& args) {
+  const Problem<T> pr(args);
+  BackwardTensors<T> t{static_cast<const T*>(args.q),       static_cast<const T*>(args.k),
+                       static_cast<const T*>(args.v),       static_cast<const T*>(args.out),
+                       static_cast<const T*>(args.grad_out), static_cast<const T*>(args.lse),
+                       static_cast<T*>(args.grad_q),        static_cast<T*>(args.grad_k),
+                       static_cast<T*>(args.grad_v),        {}};
+  const int64_t BH = pr.B * pr.H;
+  t.delta.resize(static_cast<size_t>(BH * pr.T_));
+  parallel_for(BH * pr.T_, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const T* o = t.O + row * pr.Dv;
+      const T* g = t.dO + row * pr.Dv;
+      T sum = 0;
+      for (int64_t c = 0; c < pr.Dv; ++c) sum += o[c] * g[c];
+      t.delta[static_cast<size_t>(row)] = sum;
+    }
+  });
+  std::fill(t.dQ, t.dQ + BH * pr.T_ * pr.D, T(0));
+  std::fill(t.dK, t.dK + BH * pr.S * pr.D, T(0));
+  std::fill(t.dV, t.dV + BH * pr.S * pr.Dv, T(0));
+  const int64_t q_blocks = (pr.T_ + kBlockQ - 1) / kBlockQ, k_blocks = (pr.S + kBlockK - 1) / kBlockK;
+
+  // Query blocks that can see key block kb, and key blocks a query block can see.
+  auto visits = [&](int64_t b, int64_t qb, int64_t kb) {
+    const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
+    int64_t lo, hi;
+    pr.key_range(b, i0, i1, &lo, &hi);
+    const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+    return j0 < hi && j1 > lo;
+  };
+
+  if (BH >= kSinglePassHeads) {
+    // One pass per (batch, head): key blocks outer, query blocks inner, all in order.
+    parallel_for(BH, 1, [&](int64_t begin, int64_t end) {
+      TileScratch<T> scratch;
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / pr.H;
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+          const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+          for (int64_t qb = 0; qb < q_blocks; ++qb) {
+            if (!visits(b, qb, kb)) continue;
+            const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
+            backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + (bh * pr.T_ + i0) * pr.D, t.dK + (bh * pr.S + j0) * pr.D,
+                          t.dV + (bh * pr.S + j0) * pr.Dv, scratch);
+          }
+        }
+      }
+    });
+    return;
+  }
+  // Few (batch, head) pairs: parallel over key blocks for dK/dV, then over query blocks for dQ.
+  parallel_for(BH * k_blocks, 1, [&](int64_t begin, int64_t end) {
+    TileScratch<T> scratch;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / k_blocks, kb = task % k_blocks, b = bh / pr.H;
+      const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+      for (int64_t qb = 0; qb < q_blocks; ++qb) {
+        if (!visits(b, qb, kb)) continue;
+        const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
+        backward_tile(pr, t, bh, i0, i1, j0, j1, static_cast<T*>(nullptr), t.dK + (bh * pr.S + j0) * pr.D,
+                      t.dV + (bh * pr.S + j0) * pr.Dv, scratch);
+      }
+    }
+  });
+  parallel_for(BH * q_blocks, 1, [&](int64_t begin, int64_t end) {
+    TileScratch<T> scratch;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / q_blocks, qb = task % q_blocks, b = bh / pr.H;
+      const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
+      for (int64_t kb = 0; kb < k_blocks; ++kb) {
+        if (!visits(b, qb, kb)) continue;
+        const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+        backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + (bh * pr.T_ + i0) * pr.D, static_cast<T*>(nullptr),
+                      static_cast<T*>(nullptr), scratch);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void flash_attention_forward(const FlashAttentionArgs& args) {
+  if (args.dtype == kFloat32) return forward_typed<float>(args);
+  if (args.dtype == kFloat64) return forward_typed<double>(args);
+  fail("flash_attention_forward", "the CPU kernel has no {} version", dtype_name(args.dtype));
+}
+
+void flash_attention_backward(const FlashAttentionArgs& args) {
+  if (args.dtype == kFloat32) return backward_typed<float>(args);
+  if (args.dtype == kFloat64) return backward_typed<double>(args);
+  fail("flash_attention_backward", "the CPU kernel has no {} version", dtype_name(args.dtype));
+}
+
+}  // namespace heed::kernels::cpu

@@ -1,0 +1,210 @@
+// tests/test_flash_attention.cpp — the fused flash-style attention kernel against the composed
+// reference path (forward, gradients, every mask kind, dropout, odd sizes that are not
+// multiples of the block size), float64 gradient checks, and its O(T) memory.
+#include <doctest/doctest.h>
+#include <heed/heed.h>
+
+#include <cmath>
+
+using namespace heed;
+
+namespace {
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  return max(abs(a.detach().to(kFloat64) - b.detach().to(kFloat64))).item<double>();
+}
+
+struct Case {
+  const char* name;
+  int64_t B, H, T, S, D, Dv;
+  F::AttentionMask mask;
+  double dropout;
+};
+
+// Runs flash and composed attention on the same inputs (and the same dropout seed) and
+// compares the outputs and all three gradients.
+void compare(const Case& c, DType dtype, double tol) {
+  CAPTURE(c.name);
+  CAPTURE(dtype_name(dtype));
+  manual_seed(11);
+  Tensor q = randn({c.B, c.H, c.T, c.D}, dtype).requires_grad_();
+  Tensor k = randn({c.B, c.H, c.S, c.D}, dtype).requires_grad_();
+  Tensor v = randn({c.B, c.H, c.S, c.Dv}, dtype).requires_grad_();
+  const Tensor upstream = randn({c.B, c.H, c.T, c.Dv}, dtype);
+  manual_seed(5);
+  const Tensor fused = F::flash_attention(q, k, v, c.mask, c.dropout);
+  fused.backward(upstream);
+  const Tensor gq = q.grad(), gk = k.grad(), gv = v.grad();
+  q.zero_grad();
+  k.zero_grad();
+  v.zero_grad();
+  manual_seed(5);
+  const Tensor composed = F::scaled_dot_product_attention_with_weights(q, k, v, c.mask, c.dropout).output;
+  composed.backward(upstream);
+  CHECK(max_diff(fused, composed) < tol);
+  CHECK(max_diff(gq, q.grad()) < tol);
+  CHECK(max_diff(gk, k.grad()) < tol);
+  CHECK(max_diff(gv, v.grad()) < tol);
+  CHECK(isfinite_all(fused));
+  CHECK(isfinite_all(gq));
+  CHECK(isfinite_all(gk));
+  CHECK(isfinite_all(gv));
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  F::AttentionMask none, causal, window, lengths, padding, keep, additive, combined;
+  causal.causal = true;
+  window.window = 7;
+  window.causal = true;
+  lengths.key_lengths = tensor({0, 45}, kInt64);  // the first batch row has every key masked
+  padding.key_padding = gt(rand({2, 90}), scalar_tensor(0.7));
+  keep.keep = gt(rand({2, 1, 33, 90}), scalar_tensor(0.85));
+  additive.additive = randn({1, 2, 33, 90}, kFloat64);
+  combined.causal = true;
+  combined.key_lengths = tensor({60, 90}, kInt64);
+  combined.additive = randn({33, 90}, kFloat64) * 2.0;
+  combined.key_padding = gt(rand({2, 90}), scalar_tensor(0.8));
+  out.push_back({"no mask, odd sizes", 2, 3, 70, 77, 16, 19, none, 0.0});
+  out.push_back({"causal, T < S (KV cache)", 2, 2, 37, 130, 16, 16, causal, 0.0});
+  out.push_back({"causal, T > S", 1, 2, 130, 70, 8, 8, causal, 0.0});
+  out.push_back({"local window + causal", 1, 2, 150, 150, 8, 8, window, 0.0});
+  out.push_back({"key lengths (one row empty)", 2, 2, 33, 90, 8, 8, lengths, 0.0});
+  out.push_back({"key padding", 2, 2, 33, 90, 8, 8, padding, 0.0});
+  out.push_back({"sparse boolean mask", 2, 2, 33, 90, 8, 8, keep, 0.0});
+  out.push_back({"additive mask", 2, 2, 33, 90, 8, 8, additive, 0.0});
+  out.push_back({"everything combined", 2, 2, 33, 90, 8, 8, combined, 0.0});
+  out.push_back({"dropout + causal", 2, 3, 70, 70, 16, 16, causal, 0.3});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("flash attention matches the composed path in float64") {
+  for (const Case& c : cases()) compare(c, kFloat64, 1e-12);
+}
+
+TEST_CASE("flash attention matches the composed path in float32") {
+  for (const Case& c : cases()) compare(c, kFloat32, 2e-5);
+}
+
+TEST_CASE("flash attention on 16-bit inputs computes in float32") {
+  F::AttentionMask causal;
+  causal.causal = true;
+  manual_seed(2);
+  const Tensor q = randn({1, 2, 40, 8}), k = randn({1, 2, 40, 8}), v = randn({1, 2, 40, 8});
+  const Tensor reference = F::flash_attention(q.to(kBFloat16).to(kFloat32), k.to(kBFloat16).to(kFloat32),
+                                              v.to(kBFloat16).to(kFloat32), causal);
+  const Tensor half = F::flash_attention(q.to(kBFloat16), k.to(kBFloat16), v.to(kBFloat16), causal);
+  CHECK(half.dtype() == kBFloat16);
+  CHECK(max_diff(half, reference) < 1e-2);
+}
+
+TEST_CASE("flash attention gradients pass gradcheck with masks and dropout") {
+  manual_seed(3);
+  Tensor q = randn({1, 2, 5, 4}, kFloat64).requires_grad_(), k = randn({1, 2, 7, 4}, kFloat64).requires_grad_(),
+         v = randn({1, 2, 7, 3}, kFloat64).requires_grad_();
+  F::AttentionMask m;
+  m.causal = true;
+  m.key_lengths = tensor({6}, kInt64);
+  m.additive = randn({1, 2, 5, 7}, kFloat64);
+  auto plain = gradcheck([&](const std::vector<Tensor>& in) { return F::flash_attention(in[0], in[1], in[2], m); },
+                         {q, k, v});
+  CHECK_MESSAGE(plain.passed, plain.message);
+  auto with_dropout = gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        manual_seed(5);  // the same mask for every evaluation
+        return F::flash_attention(in[0], in[1], in[2], m, 0.4);
+      },
+      {q, k, v});
+  CHECK_MESSAGE(with_dropout.passed, with_dropout.message);
+  // A single head given as (B, L, D).
+  Tensor q3 = randn({2, 6, 4}, kFloat64).requires_grad_(), k3 = randn({2, 6, 4}, kFloat64).requires_grad_(),
+         v3 = randn({2, 6, 4}, kFloat64).requires_grad_();
+  auto three_d = gradcheck(
+      [&](const std::vector<Tensor>& in) { return F::flash_attention(in[0], in[1], in[2], {}, 0.0, 0.7, true); },
+      {q3, k3, v3});
+  CHECK_MESSAGE(three_d.passed, three_d.message);
+}
+
+TEST_CASE("flash attention: fully masked rows give zeros and zero gradients") {
+  manual_seed(4);
+  Tensor q = randn({1, 1, 4, 8}).requires_grad_(), k = randn({1, 1, 6, 8}).requires_grad_(),
+         v = randn({1, 1, 6, 8}).requires_grad_();
+  F::AttentionMask m;
+  m.keep = from_vector(std::vector<bool>{false, false, false, false, false, false}, {1, 1, 1, 6});
+  Tensor out = F::flash_attention(q, k, v, m);
+  CHECK(max(abs(out)).item<double>() == 0.0);
+  out.sum().backward();
+  CHECK(max(abs(q.grad())).item<double>() == 0.0);
+  CHECK(max(abs(k.grad())).item<double>() == 0.0);
+  CHECK(isfinite_all(v.grad()));
+}
+
+TEST_CASE("flash attention results do not depend on the thread count") {
+  F::AttentionMask causal;
+  causal.causal = true;
+  for (int64_t heads : {1, 16}) {  // both backward schedules
+    manual_seed(6);
+    Tensor q = randn({1, heads, 150, 16}).requires_grad_(), k = randn({1, heads, 150, 16}).requires_grad_(),
+           v = randn({1, heads, 150, 16}).requires_grad_();
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor out = F::flash_attention(q, k, v, causal);
+      out.sum().backward();
+      std::vector<float> all = out.to_vector<float>();
+      for (const Tensor* g : {&q, &k, &v}) {
+        const std::vector<float> gv = g->grad().to_vector<float>();
+        all.insert(all.end(), gv.begin(), gv.end());
+      }
+      results.push_back(all);
+      q.zero_grad();
+      k.zero_grad();
+      v.zero_grad();
+    }
+    set_num_threads(2);
+    CHECK(results[0] == results[1]);
+  }
+}
+
+TEST_CASE("flash attention memory is linear in the sequence length") {
+  // Causal attention over T = 4096 keys: the composed path would hold several (T, T) float
+  // matrices (64 MB each); the fused kernel allocates O(T) plus per-thread tiles.
+  F::AttentionMask causal;
+  causal.causal = true;
+  manual_seed(8);
+  const int64_t T = 4096, D = 32;
+  Tensor q = randn({1, 1, T, D}).requires_grad_(), k = randn({1, 1, T, D}).requires_grad_(),
+         v = randn({1, 1, T, D}).requires_grad_();
+  cpu_empty_cache();
+  const size_t before = cpu_allocator_stats().bytes_in_use;
+  Tensor out = F::flash_attention(q, k, v, causal);
+  out.sum().backward();
+  const size_t peak_added = cpu_allocator_stats().peak_bytes_in_use - before;
+  const size_t one_matrix = static_cast<size_t>(T * T) * sizeof(float);
+  CAPTURE(peak_added);
+  CHECK(peak_added < one_matrix / 4);
+}
+
+TEST_CASE("flash attention rejects bad input") {
+  const Tensor q = randn({2, 2, 4, 8}), k = randn({2, 2, 5, 8}), v = randn({2, 2, 5, 8});
+  CHECK_THROWS_AS(F::flash_attention(q, randn({2, 3, 5, 8}), v), Error);  // head count mismatch
+  CHECK_THROWS_AS(F::flash_attention(q, randn({2, 2, 5, 7}), v), Error);  // head dim mismatch
+  CHECK_THROWS_AS(F::flash_attention(q, k, randn({2, 2, 6, 8})), Error);  // keys vs values
+  CHECK_THROWS_AS(F::flash_attention(q, k, v, {}, 1.0), Error);           // dropout 1
+  F::AttentionMask bad_lengths;
+  bad_lengths.key_lengths = tensor({3, 9}, kInt64);  // 9 > S
+  CHECK_THROWS_AS(F::flash_attention(q, k, v, bad_lengths), Error);
+  F::AttentionMask bad_keep;
+  bad_keep.keep = ones({3, 4, 5}, kBool);
+  CHECK_THROWS_AS(F::flash_attention(q, k, v, bad_keep), Error);
+  F::AttentionMask float_keep;
+  float_keep.keep = ones({4, 5});
+  CHECK_THROWS_AS(F::flash_attention(q, k, v, float_keep), Error);
+  try {
+    F::flash_attention(q, randn({2, 3, 5, 8}), v);
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("flash_attention") != std::string::npos);
+  }
+}
