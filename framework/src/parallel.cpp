@@ -10,8 +10,7 @@ namespace heed {
 
 void set_num_threads(int n) {
   HEED_CHECK(n >= 1, "set_num_threads", "expected at least 1 thread, got {}", n);
-  omp_set_num_threads(n);
-  kernels::cpu::set_blas_threads(n);
+  kernels::cpu::set_threads(n);
 }
 
 int get_num_threads() { return omp_get_max_threads(); }

@@ -1,8 +1,10 @@
 // kernels/cpu/blas.cpp — gemm on OpenBLAS (the OpenMP build, sharing heed's thread pool).
 //
 // Invariants: operands are passed with transpose flags and leading dimensions, never
-// copied here; many small batched products run one per thread (OpenBLAS then runs
-// single-threaded inside the parallel region), large ones use OpenBLAS's own threads.
+// copied here. OpenBLAS itself always runs single-threaded (its multi-threaded sgemm rounds
+// differently for different thread counts); heed parallelises by splitting C into blocks
+// whose sizes depend on the problem shape only, one single-threaded sgemm per block, so the
+// result is bit-identical for every thread count.
 #include <cblas.h>
 
 #include "cpu_common.h"
@@ -10,39 +12,67 @@
 
 namespace heed::kernels::cpu {
 
-void set_blas_threads(int n) { openblas_set_num_threads(n); }
+namespace {
+// Rows and columns of C per task.
+constexpr int64_t kBlockRows = 192;
+constexpr int64_t kBlockCols = 512;
+
+// openblas_set_num_threads also sets OpenMP's default thread count: keep ours.
+void make_blas_single_threaded() {
+  const int ours = omp_get_max_threads();
+  openblas_set_num_threads(1);
+  omp_set_num_threads(ours);
+}
+const bool kBlasConfigured = (make_blas_single_threaded(), true);
+}  // namespace
+
+void set_threads(int n) {
+  openblas_set_num_threads(1);
+  omp_set_num_threads(n);
+}
 
 namespace {
 template <typename T>
-void gemm_one(const GemmArgs& g, const T* a, const T* b, T* c) {
+void gemm_one(const GemmArgs& g, int64_t m, int64_t n, const T* a, const T* b, T* c) {
   const CBLAS_TRANSPOSE ta = g.trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
-  const auto m = static_cast<blasint>(g.m), n = static_cast<blasint>(g.n), k = static_cast<blasint>(g.k);
+  const auto bm = static_cast<blasint>(m), bn = static_cast<blasint>(n), bk = static_cast<blasint>(g.k);
   const auto lda = static_cast<blasint>(g.lda), ldb = static_cast<blasint>(g.ldb), ldc = static_cast<blasint>(g.ldc);
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(g.alpha), a, lda, b, ldb,
+    cblas_sgemm(CblasRowMajor, ta, tb, bm, bn, bk, static_cast<float>(g.alpha), a, lda, b, ldb,
                 static_cast<float>(g.beta), c, ldc);
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, g.alpha, a, lda, b, ldb, g.beta, c, ldc);
+    cblas_dgemm(CblasRowMajor, ta, tb, bm, bn, bk, g.alpha, a, lda, b, ldb, g.beta, c, ldc);
   }
 }
 
 template <typename T>
 void gemm_typed(const GemmArgs& g) {
+  (void)kBlasConfigured;
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);
-  const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-  const bool per_thread = g.batch > 1 && flops < 2.0 * 192 * 192 * 192 && max_threads() > 1;
-  if (per_thread) {
-    parallel_for(g.batch, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        gemm_one(g, a + i * g.batch_stride_a, b + i * g.batch_stride_b, c + i * g.batch_stride_c);
-    });
-    return;
-  }
-  for (int64_t i = 0; i < g.batch; ++i)
-    gemm_one(g, a + i * g.batch_stride_a, b + i * g.batch_stride_b, c + i * g.batch_stride_c);
+  // Split C into row blocks, and into column blocks too when there are few rows.
+  const int64_t row_blocks = (g.m + kBlockRows - 1) / kBlockRows;
+  const int64_t col_block = row_blocks >= 4 ? g.n : std::min<int64_t>(g.n, kBlockCols);
+  const int64_t col_blocks = (g.n + col_block - 1) / std::max<int64_t>(col_block, 1);
+  const int64_t tasks_per_batch = row_blocks * col_blocks;
+  const double flops_per_task = 2.0 * static_cast<double>(std::min(g.m, kBlockRows)) *
+                                static_cast<double>(col_block) * static_cast<double>(g.k);
+  // Group tiny tasks so each parallel chunk has real work (the grouping never changes what a
+  // task computes).
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(flops_per_task, 1.0)));
+  parallel_for(g.batch * tasks_per_batch, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t i = task / tasks_per_batch, t = task % tasks_per_batch;
+      const int64_t r0 = (t / col_blocks) * kBlockRows, c0 = (t % col_blocks) * col_block;
+      const int64_t rows = std::min(kBlockRows, g.m - r0), cols = std::min(col_block, g.n - c0);
+      const T* ai = a + i * g.batch_stride_a + (g.trans_a ? r0 : r0 * g.lda);
+      const T* bi = b + i * g.batch_stride_b + (g.trans_b ? c0 * g.ldb : c0);
+      T* ci = c + i * g.batch_stride_c + r0 * g.ldc + c0;
+      gemm_one(g, rows, cols, ai, bi, ci);
+    }
+  });
 }
 }  // namespace
 
@@ -50,6 +80,7 @@ void gemm(const GemmArgs& args) {
   constexpr int64_t kMaxBlasInt = 2147483647;
   HEED_CHECK(args.m <= kMaxBlasInt && args.n <= kMaxBlasInt && args.k <= kMaxBlasInt, "gemm",
              "matrix sizes ({}, {}, {}) exceed the 32-bit BLAS interface", args.m, args.n, args.k);
+  if (args.m == 0 || args.n == 0) return;
   if (args.dtype == kFloat32) return gemm_typed<float>(args);
   if (args.dtype == kFloat64) return gemm_typed<double>(args);
   fail("gemm", "the CPU gemm has no {} version (16-bit operands are widened by matmul)", dtype_name(args.dtype));
