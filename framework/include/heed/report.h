@@ -1,0 +1,90 @@
+// heed/report.h — what training programs show: a progress line, a JSON-lines metrics log
+// and SVG pictures (loss curves, attention heatmaps, histograms), with no dependencies.
+//
+// Invariants: on a terminal the progress line redraws in place (carriage return); when the
+// output is not a terminal, plain lines are printed every `plain_every` steps. SVG files
+// and logs are written atomically enough for tools to read at any time (whole-file writes
+// for SVG, one flushed line per record for the log).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace heed::report {
+
+struct ProgressState {
+  int64_t step = 0, total = 0;
+  double loss = 0.0, lr = 0.0, grad_norm = 0.0;
+  double tokens_per_second = 0.0;
+  std::string extra;  // e.g. "val 1.92"
+};
+
+class Progress {
+ public:
+  // plain_every: the step interval for plain (non-terminal) output.
+  explicit Progress(int64_t plain_every = 50, std::FILE* out = stdout);
+  void update(const ProgressState& state);
+  // Ends a redrawn line before other output.
+  void finish_line();
+  bool is_terminal() const { return terminal_; }
+
+ private:
+  std::FILE* out_;
+  bool terminal_;
+  int64_t plain_every_;
+  double start_seconds_;
+  bool line_open_ = false;
+};
+
+// Appends one JSON object per line to a file (created or truncated on open).
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  explicit MetricsLog(const std::string& path, bool append = false);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  bool is_open() const { return file_ != nullptr; }
+  void write(const nlohmann::json& record);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+namespace svg {
+
+struct Series {
+  std::string name;
+  std::vector<double> x, y;
+};
+
+// A line chart of one or more series (non-finite points are skipped).
+void line_chart(const std::string& path, const std::string& title, const std::vector<Series>& series,
+                const std::string& x_label, const std::string& y_label, bool log_y = false);
+
+// A heatmap of values (rows x cols, row-major) in [0, max], with labels along the axes.
+void heatmap(const std::string& path, const std::string& title, const std::vector<double>& values, int64_t rows,
+             int64_t cols, const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels);
+
+// A grid of heatmaps (e.g. one per attention head), each with its own title.
+struct Panel {
+  std::string title;
+  std::vector<double> values;
+  int64_t rows = 0, cols = 0;
+};
+void heatmap_grid(const std::string& path, const std::string& title, const std::vector<Panel>& panels,
+                  const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels,
+                  int columns = 4);
+
+// A bar histogram with bin edges (edges.size() == counts.size() + 1).
+void histogram(const std::string& path, const std::string& title, const std::vector<double>& edges,
+               const std::vector<double>& counts, const std::string& x_label, bool log_y = false);
+
+std::string escape(const std::string& text);
+
+}  // namespace svg
+}  // namespace heed::report
