@@ -1,0 +1,342 @@
+// examples/charlm/charlm.cpp — a character-level decoder-only Transformer language model.
+//
+// With --data PATH it trains on that text file (e.g. ../shared/data/tinyshakespeare.txt);
+// without, on a corpus it generates itself, so it runs on a fresh clone. The defaults are
+// nanoGPT's documented CPU recipe (block 64, batch 12, 4 layers, 4 heads, 128 dims, 2000
+// iterations, dropout 0, AdamW lr 1e-3 with 100 warmup steps and cosine decay to 1e-4,
+// betas (0.9, 0.99), weight decay 0.1, clip 1.0). Train/validation: first 90% / last 10%.
+// Reports the validation loss (mean over 200 batches, as the PyTorch reference does), the
+// training wall time, samples (temperature, top-k, KV cache), a metrics log, SVG pictures,
+// and keeps checkpoints that --resume continues exactly.
+#include <heed/heed.h>
+
+#include "dataset.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+using namespace heed;
+using charlm::Dataset;
+using charlm::get_batch;
+
+namespace {
+
+struct Options {
+  std::string data, out_dir = "charlm_out", checkpoint, device = "cpu", amp = "none", prompt = "\n";
+  int64_t block = 64, batch = 12, layers = 4, heads = 4, d_model = 128, iters = 2000, warmup = 100;
+  int64_t eval_every = 250, eval_batches = 20, final_eval_batches = 200, log_every = 50, checkpoint_every = 500;
+  int64_t seed = 1337, threads = 0, sample_tokens = 300, top_k = 40;
+  double lr = 1e-3, min_lr = 1e-4, beta2 = 0.99, weight_decay = 0.1, clip = 1.0, dropout = 0.0, temperature = 0.8;
+  std::string attn_scale = "sqrt_dk";
+  bool resume = false, sample_only = false;
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double estimate_loss(const nn::TransformerLM& model, const std::vector<int64_t>& data, int64_t batches, int64_t batch,
+                     int64_t block) {
+  NoGradGuard no_grad;
+  double total = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    auto [x, y] = get_batch(data, batch, block);
+    total += F::cross_entropy(model.forward(x), y).item<double>();
+  }
+  return total / static_cast<double>(batches);
+}
+
+// Samples `count` characters after `prompt` with temperature and top-k, using the KV cache
+// (the cache restarts with the last block/2 characters when the context is full).
+std::string sample(const nn::TransformerLM& model, const Dataset& d, const std::string& prompt, int64_t count,
+                   double temperature, int64_t top_k) {
+  NoGradGuard no_grad;
+  std::vector<int64_t> context;
+  for (unsigned char c : prompt) {
+    auto it = d.index.find(c);
+    if (it != d.index.end()) context.push_back(it->second);
+  }
+  if (context.empty()) context.push_back(0);
+  const int64_t block = model.options().context;
+  std::vector<nn::KVCache> caches = model.make_caches();
+  std::vector<int64_t> pending = context;
+  std::string out;
+  for (int64_t i = 0; i < count; ++i) {
+    if (caches[0].length() + static_cast<int64_t>(pending.size()) > block) {
+      // Refill the cache from the most recent half block.
+      caches = model.make_caches();
+      pending.assign(context.end() - std::min<long>(static_cast<long>(context.size()), block / 2), context.end());
+    }
+    const Tensor logits = model.forward(from_vector(pending, {1, static_cast<int64_t>(pending.size())}), &caches);
+    std::vector<float> last = logits.select(1, -1).squeeze(0).to_vector<float>();
+    // top-k, temperature, then sample with the default generator.
+    std::vector<float> sorted = last;
+    const int64_t k = std::min<int64_t>(top_k, static_cast<int64_t>(last.size()));
+    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+    const float threshold = sorted[static_cast<size_t>(k - 1)];
+    double max_logit = -INFINITY;
+    for (float v : last) max_logit = std::max<double>(max_logit, v);
+    std::vector<double> p(last.size());
+    double total = 0;
+    for (size_t j = 0; j < last.size(); ++j) {
+      p[j] = last[j] >= threshold ? std::exp((last[j] - max_logit) / temperature) : 0.0;
+      total += p[j];
+    }
+    double u = rand({}, kFloat64).item<double>() * total;
+    int64_t next = 0;
+    for (size_t j = 0; j < p.size(); ++j) {
+      u -= p[j];
+      if (u <= 0 && p[j] > 0) {
+        next = static_cast<int64_t>(j);
+        break;
+      }
+      if (p[j] > 0) next = static_cast<int64_t>(j);
+    }
+    context.push_back(next);
+    pending = {next};
+    out += d.chars[static_cast<size_t>(next)];
+  }
+  return out;
+}
+
+int run(const Options& o) {
+  if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
+  const Device device = parse_device(o.device);
+  HEED_CHECK(o.amp == "none", "charlm",
+             "--amp {} needs the mixed-precision support (amp::Autocast) that this build does not have yet", o.amp);
+  HEED_CHECK(o.d_model % o.heads == 0, "charlm", "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
+  HEED_CHECK(o.warmup <= o.iters, "charlm", "--warmup {} exceeds --iters {}", o.warmup, o.iters);
+  std::filesystem::create_directories(o.out_dir);
+  const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/charlm.ckpt" : o.checkpoint;
+
+  std::string text;
+  if (o.data.empty()) {
+    text = charlm::generated_corpus(static_cast<uint64_t>(o.seed), 400000);
+  } else {
+    std::ifstream in(o.data, std::ios::binary);
+    HEED_CHECK(in.good(), "charlm", "cannot read --data '{}'", o.data);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    HEED_CHECK(text.size() > static_cast<size_t>(20 * (o.block + 1)), "charlm", "--data '{}' is too short ({} bytes)",
+               o.data, text.size());
+  }
+  const Dataset data = charlm::load_dataset(text);
+  manual_seed(static_cast<uint64_t>(o.seed));
+  nn::TransformerLMOptions mo;
+  mo.vocab = static_cast<int64_t>(data.chars.size());
+  mo.d_model = o.d_model;
+  mo.heads = o.heads;
+  mo.layers = o.layers;
+  mo.context = o.block;
+  mo.dropout = o.dropout;
+  mo.scale = nn::parse_attention_scale(o.attn_scale);
+  nn::TransformerLM model(mo);
+  model.to(device);
+  optim::ParamGroup decay, no_decay;
+  for (const auto& [name, p] : model.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  decay.weight_decay = o.weight_decay;
+  no_decay.weight_decay = 0.0;
+  optim::AdamW optimizer({decay, no_decay}, {.lr = o.lr, .betas = {0.9, o.beta2}});
+  // The reference's schedule: lr*(it+1)/warmup, then cosine from lr to min_lr.
+  auto lr_at = [&](int64_t it) {
+    if (it < o.warmup) return o.lr * static_cast<double>(it + 1) / static_cast<double>(o.warmup);
+    const double r = static_cast<double>(it - o.warmup) / static_cast<double>(std::max<int64_t>(o.iters - o.warmup, 1));
+    return o.min_lr + 0.5 * (1 + std::cos(M_PI * r)) * (o.lr - o.min_lr);
+  };
+  nlohmann::json chars = nlohmann::json::array();
+  for (const std::string& c : data.chars) chars.push_back(static_cast<int>(static_cast<unsigned char>(c[0])));
+  const nlohmann::json config = {{"vocab", mo.vocab}, {"d_model", o.d_model}, {"heads", o.heads}, {"layers", o.layers},
+                                 {"block", o.block}, {"dropout", o.dropout}, {"attn_scale", o.attn_scale},
+                                 {"chars", chars}, {"data", o.data.empty() ? "generated" : o.data}, {"seed", o.seed}};
+  std::printf("heed charlm: %s, %zu characters (vocab %zu), train %zu / val %zu; %lld parameters; %d threads\n",
+              o.data.empty() ? "generated corpus" : o.data.c_str(), text.size(), data.chars.size(), data.train.size(),
+              data.val.size(), static_cast<long long>(model.num_parameters()), get_num_threads());
+
+  int64_t start = 0;
+  nlohmann::json history = {{"iter", nlohmann::json::array()}, {"train_loss", nlohmann::json::array()},
+                            {"eval_iter", nlohmann::json::array()}, {"val_loss", nlohmann::json::array()},
+                            {"entropy", nlohmann::json::array()}, {"train_seconds", 0.0}};
+  if (o.resume || o.sample_only) {
+    const io::RestoredCheckpoint restored = io::load_checkpoint(checkpoint, model, &optimizer, nullptr);
+    HEED_CHECK(restored.config == config, "charlm",
+               "{} was trained with a different configuration or data; pass the same flags to resume", checkpoint);
+    start = restored.step;
+    if (restored.extra.is_object()) history = restored.extra;
+    std::printf("loaded %s (iteration %lld)\n", checkpoint.c_str(), static_cast<long long>(start));
+  }
+  if (o.sample_only) {
+    model.eval();
+    std::printf("%s%s\n", o.prompt.c_str(), sample(model, data, o.prompt, o.sample_tokens, o.temperature, o.top_k).c_str());
+    return 0;
+  }
+
+  report::MetricsLog log(o.out_dir + "/metrics.jsonl", o.resume);
+  report::Progress progress(o.log_every);
+  diagnostics::AttentionMonitor monitor(model);
+  double train_seconds = history["train_seconds"].get<double>();
+  double loss_window = 0;
+  int64_t window = 0;
+  for (int64_t it = start; it < o.iters; ++it) {
+    const double t0 = now_seconds();
+    model.train();
+    const double lr = lr_at(it);
+    for (auto& g : optimizer.param_groups()) g.lr = lr;
+    auto [x, y] = get_batch(data.train, o.batch, o.block);
+    Tensor loss = F::cross_entropy(model.forward(x.to(device)), y.to(device));
+    optimizer.zero_grad();
+    loss.backward();
+    const double norm = nn::clip_grad_norm_(model.parameters(), o.clip);
+    optimizer.step();
+    const double value = loss.item<double>();
+    train_seconds += now_seconds() - t0;
+    loss_window += value;
+    ++window;
+    const int64_t done = it + 1;
+    progress.update({done, o.iters, value, lr, norm,
+                     static_cast<double>((done - start) * o.batch * o.block) / std::max(train_seconds, 1e-9), ""});
+    if (done % o.log_every == 0 || done == o.iters) {
+      history["iter"].push_back(done);
+      history["train_loss"].push_back(loss_window / static_cast<double>(window));
+      log.write({{"iter", done}, {"loss", loss_window / static_cast<double>(window)}, {"lr", lr}, {"grad_norm", norm},
+                 {"train_seconds", train_seconds}});
+      loss_window = 0;
+      window = 0;
+    }
+    if (done % o.eval_every == 0 || done == o.iters) {
+      model.eval();
+      const double val = estimate_loss(model, data.val, o.eval_batches, o.batch, o.block);
+      std::vector<double> entropy;
+      {
+        NoGradGuard no_grad;
+        auto [px, py] = get_batch(data.val, 1, o.block);
+        monitor.record(true);
+        model.forward(px);
+        monitor.record(false);
+        for (const auto& layer : monitor.attention_stats()) entropy.push_back(layer.mean_entropy());
+      }
+      history["eval_iter"].push_back(done);
+      history["val_loss"].push_back(val);
+      history["entropy"].push_back(entropy);
+      progress.finish_line();
+      std::printf("iter %lld: val loss %.4f (%lld batches), attention entropy per layer [%s]\n",
+                  static_cast<long long>(done), val, static_cast<long long>(o.eval_batches),
+                  fmt::format("{:.2f}", fmt::join(entropy, ", ")).c_str());
+      log.write({{"iter", done}, {"val_loss", val}, {"attention_entropy", entropy}});
+    }
+    if (done % o.checkpoint_every == 0 || done == o.iters) {
+      history["train_seconds"] = train_seconds;
+      io::save_checkpoint(checkpoint, model, &optimizer, nullptr, done, config, history);
+    }
+  }
+  progress.finish_line();
+  model.eval();
+  const double final_val = estimate_loss(model, data.val, o.final_eval_batches, o.batch, o.block);
+  std::printf("training wall time %.1f s (%lld iterations, %.1f ms/iter); final validation loss %.4f (mean of %lld "
+              "batches)\n",
+              train_seconds, static_cast<long long>(o.iters), 1e3 * train_seconds / std::max<double>(1, o.iters - start),
+              final_val, static_cast<long long>(o.final_eval_batches));
+  log.write({{"final_val_loss", final_val}, {"train_seconds", train_seconds}});
+  std::printf("--- sample (temperature %.2f, top-k %lld) ---\n%s%s\n---\n", o.temperature,
+              static_cast<long long>(o.top_k), o.prompt.c_str(),
+              sample(model, data, o.prompt, o.sample_tokens, o.temperature, o.top_k).c_str());
+
+  // Pictures: loss curves, attention heatmaps of the first block for a sample, entropy.
+  std::vector<report::svg::Series> losses = {{"train", {}, {}}, {"validation", {}, {}}};
+  for (size_t i = 0; i < history["iter"].size(); ++i) {
+    losses[0].x.push_back(history["iter"][i].get<double>());
+    losses[0].y.push_back(history["train_loss"][i].get<double>());
+  }
+  for (size_t i = 0; i < history["eval_iter"].size(); ++i) {
+    losses[1].x.push_back(history["eval_iter"][i].get<double>());
+    losses[1].y.push_back(history["val_loss"][i].get<double>());
+  }
+  report::svg::line_chart(o.out_dir + "/loss.svg", "character LM: loss", losses, "iteration", "cross entropy");
+  std::vector<report::svg::Series> entropy_series;
+  for (size_t i = 0; i < history["eval_iter"].size(); ++i)
+    for (size_t l = 0; l < history["entropy"][i].size(); ++l) {
+      if (entropy_series.size() <= l) entropy_series.push_back({fmt::format("block {}", l), {}, {}});
+      entropy_series[l].x.push_back(history["eval_iter"][i].get<double>());
+      entropy_series[l].y.push_back(history["entropy"][i][l].get<double>());
+    }
+  report::svg::line_chart(o.out_dir + "/entropy.svg", "mean attention entropy per block (nats)", entropy_series,
+                          "iteration", "entropy");
+  {
+    NoGradGuard no_grad;
+    const int64_t n = std::min<int64_t>(32, o.block);
+    std::vector<int64_t> window_ids(data.val.begin(), data.val.begin() + n);
+    std::vector<std::string> labels;
+    for (int64_t id : window_ids) {
+      std::string c = data.chars[static_cast<size_t>(id)];
+      labels.push_back(c == "\n" ? "\\n" : c == " " ? "_" : c);
+    }
+    auto attn = model.block(model.options().layers - 1)->self_attn;
+    attn->set_record_weights(true);
+    model.forward(from_vector(window_ids, {1, n}));
+    attn->set_record_weights(false);
+    const Tensor w = attn->last_weights();  // (1,H,n,n)
+    std::vector<report::svg::Panel> panels;
+    for (int64_t h = 0; h < w.size(1); ++h)
+      panels.push_back({fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kFloat64).to_vector<double>(), n, n});
+    report::svg::heatmap_grid(o.out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)", panels,
+                              labels, labels, 2);
+  }
+  std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", o.out_dir.c_str(),
+              checkpoint.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  cli::ArgParser args("charlm",
+                      "Trains a character-level Transformer language model (nanoGPT's CPU recipe by default) and "
+                      "samples from it.");
+  args.add_string("data", &o.data, "text file to train on (default: a generated corpus)");
+  args.add_int("block", &o.block, "context length", 2, 4096);
+  args.add_int("batch", &o.batch, "sequences per iteration", 1, 4096);
+  args.add_int("layers", &o.layers, "Transformer blocks", 1, 64);
+  args.add_int("heads", &o.heads, "attention heads", 1, 256);
+  args.add_int("d-model", &o.d_model, "model width", 1, 16384);
+  args.add_int("iters", &o.iters, "training iterations", 1, 100000000);
+  args.add_int("warmup", &o.warmup, "warmup iterations", 0, 100000000);
+  args.add_double("lr", &o.lr, "peak learning rate", 0, 10);
+  args.add_double("min-lr", &o.min_lr, "final learning rate", 0, 10);
+  args.add_double("beta2", &o.beta2, "AdamW beta2", 0, 0.999999);
+  args.add_double("weight-decay", &o.weight_decay, "AdamW weight decay (matrices)", 0, 10);
+  args.add_double("clip", &o.clip, "global gradient-norm clipping", 0, 1e9);
+  args.add_double("dropout", &o.dropout, "dropout", 0, 0.99);
+  args.add_string("attn-scale", &o.attn_scale, "attention scale", {"sqrt_dk", "none", "learnable", "affine", "cosine"});
+  args.add_int("eval-every", &o.eval_every, "validation interval", 1, 100000000);
+  args.add_int("eval-batches", &o.eval_batches, "batches per periodic validation", 1, 100000);
+  args.add_int("final-eval-batches", &o.final_eval_batches, "batches for the final validation loss", 1, 100000);
+  args.add_int("log-every", &o.log_every, "metrics-log interval", 1, 100000000);
+  args.add_int("checkpoint-every", &o.checkpoint_every, "checkpoint interval", 1, 100000000);
+  args.add_string("checkpoint", &o.checkpoint, "checkpoint path (default OUT_DIR/charlm.ckpt)");
+  args.add_flag("resume", &o.resume, "continue training from the checkpoint");
+  args.add_flag("sample-only", &o.sample_only, "load the checkpoint and only sample");
+  args.add_string("prompt", &o.prompt, "text to start sampling from");
+  args.add_int("sample-tokens", &o.sample_tokens, "characters to sample", 0, 1000000);
+  args.add_double("temperature", &o.temperature, "sampling temperature", 1e-3, 100);
+  args.add_int("top-k", &o.top_k, "sample among the k most likely characters", 1, 1000000);
+  args.add_int("seed", &o.seed, "random seed", 0, 1LL << 62);
+  args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
+  args.add_string("device", &o.device, "cpu or cuda");
+  args.add_string("amp", &o.amp, "mixed precision", {"none", "fp16", "bf16"});
+  args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
+  switch (args.parse(argc, argv)) {
+    case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+    case cli::ArgParser::Outcome::Error:
+      std::fprintf(stderr, "charlm: %s\n\n%s", args.error().c_str(), args.usage().c_str());
+      return 2;
+    case cli::ArgParser::Outcome::Ok: break;
+  }
+  return cli::run_guarded("charlm", [&] { return run(o); });
+}

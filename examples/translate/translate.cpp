@@ -1,0 +1,287 @@
+// examples/translate/translate.cpp — the main demo: trains an encoder-decoder Transformer
+// on the synthetic German -> English corpus, then reports test BLEU and exact match with
+// greedy and beam-search decoding (KV cache), sample translations, a metrics log and SVG
+// pictures. `--translate "..."` translates a sentence with a saved checkpoint.
+#include <heed/heed.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "task.h"
+
+using namespace heed;
+using translate::Pair;
+
+namespace {
+
+struct Options {
+  int64_t steps = 3000, batch_size = 64, warmup = 300, eval_every = 500, checkpoint_every = 500, log_every = 50;
+  int64_t d_model = 128, heads = 4, layers = 2, d_ff = 512;
+  int64_t seed = 1, threads = 0, beam = 4, train_size = 40000, test_size = 1000, samples = 6;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.01, label_smoothing = 0.1, clip = 1.0, dropout = 0.1;
+  double length_penalty = 0.6;
+  std::string attn_scale = "sqrt_dk", device = "cpu", amp = "none", out_dir = "translate_out", checkpoint,
+              translate_text;
+  bool resume = false;
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string join(const std::vector<std::string>& tokens) {
+  std::string s;
+  for (const std::string& t : tokens) s += (s.empty() ? "" : " ") + t;
+  return s;
+}
+
+// Cross-attention of the last decoder layer for one (source, reference) pair, one heatmap
+// per head with the tokens on the axes.
+void attention_pictures(nn::Transformer& model, const translate::Task& task, const Pair& pair,
+                        const std::string& path) {
+  NoGradGuard no_grad;
+  model.eval();
+  auto layer = model.decoder->layer(model.decoder->size() - 1);
+  layer->cross_attn->set_record_weights(true);
+  const translate::Batch b = translate::make_batch({pair}, {0}, task.source, task.target);
+  model.forward(b.src, b.tgt_in);
+  const Tensor w = layer->cross_attn->last_weights();  // (1,H,T,S)
+  layer->cross_attn->set_record_weights(false);
+  std::vector<std::string> src_labels = translate::split_tokens(pair.source), tgt_labels =
+                                                                                  translate::split_tokens(pair.target);
+  src_labels.push_back("<eos>");
+  tgt_labels.push_back("<eos>");
+  const int64_t H = w.size(1), T = w.size(2), S = w.size(3);
+  std::vector<report::svg::Panel> panels;
+  for (int64_t h = 0; h < H; ++h)
+    panels.push_back({fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kFloat64).to_vector<double>(), T, S});
+  report::svg::heatmap_grid(path, "cross-attention of the last decoder layer (rows: English output, columns: German input)",
+                            panels, tgt_labels, src_labels, 2);
+}
+
+int run(const Options& o) {
+  if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
+  const Device device = parse_device(o.device);
+  HEED_CHECK(o.amp == "none", "translate",
+             "--amp {} needs the mixed-precision support (amp::Autocast) that this build does not have yet", o.amp);
+  HEED_CHECK(o.d_model % o.heads == 0, "translate", "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
+  std::filesystem::create_directories(o.out_dir);
+  const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/translate.ckpt" : o.checkpoint;
+
+  // ---- translate a sentence with a trained checkpoint ---------------------------------------
+  if (!o.translate_text.empty()) {
+    const nlohmann::json config = io::read_config(checkpoint);
+    const translate::Vocab source = translate::Vocab::from_tokens(config.at("source_vocab"));
+    const translate::Vocab target = translate::Vocab::from_tokens(config.at("target_vocab"));
+    auto model = translate::build_model(translate::ModelConfig::from_json(config.at("model")), source, target);
+    io::load_checkpoint(checkpoint, *model);
+    model->eval();
+    const std::vector<std::string> tokens = translate::tokenize_german(o.translate_text);
+    const auto out = translate::translate_batch(*model, source, target, {tokens},
+                                                {.beam = static_cast<int>(o.beam), .length_penalty = o.length_penalty});
+    std::vector<std::string> unknown;
+    for (const std::string& t : tokens)
+      if (source.id(t) == translate::kUnk) unknown.push_back(t);
+    std::printf("%s\n", join(out[0]).c_str());
+    if (!unknown.empty()) std::fprintf(stderr, "note: words unknown to the model: %s\n", join(unknown).c_str());
+    return 0;
+  }
+
+  // ---- train --------------------------------------------------------------------------------
+  manual_seed(static_cast<uint64_t>(o.seed));
+  translate::CorpusOptions corpus_options;
+  corpus_options.seed = static_cast<uint64_t>(o.seed);
+  corpus_options.train_size = static_cast<int>(o.train_size);
+  corpus_options.test_size = static_cast<int>(o.test_size);
+  const translate::Task task = translate::make_task(corpus_options);
+  translate::ModelConfig mc;
+  mc.d_model = o.d_model;
+  mc.heads = o.heads;
+  mc.layers = o.layers;
+  mc.d_ff = o.d_ff;
+  mc.dropout = o.dropout;
+  mc.attn_scale = o.attn_scale;
+  auto model = translate::build_model(mc, task.source, task.target);
+  model->to(device);
+  translate::Trainer trainer(*model, task,
+                             {.batch_size = o.batch_size, .steps = o.steps, .warmup = o.warmup, .lr = o.lr,
+                              .min_lr = o.min_lr, .weight_decay = o.weight_decay,
+                              .label_smoothing = o.label_smoothing, .clip = o.clip});
+  optim::Optimizer& optimizer = trainer.optimizer();
+  optim::LRScheduler& scheduler = trainer.scheduler();
+  const nlohmann::json config = {{"model", mc.to_json()},
+                                 {"source_vocab", task.source.tokens()},
+                                 {"target_vocab", task.target.tokens()},
+                                 {"corpus", {{"seed", o.seed}, {"train_size", o.train_size}, {"test_size", o.test_size}}}};
+  std::printf("heed translate: %zu training pairs, %zu validation, %zu test; vocab de %lld / en %lld; "
+              "model %lld parameters (d_model %lld, %lld heads, %lld+%lld layers), %d threads\n",
+              task.corpus.train.size(), task.corpus.validation.size(), task.corpus.test.size(),
+              static_cast<long long>(task.source.size()), static_cast<long long>(task.target.size()),
+              static_cast<long long>(model->num_parameters()), static_cast<long long>(o.d_model),
+              static_cast<long long>(o.heads), static_cast<long long>(o.layers), static_cast<long long>(o.layers),
+              get_num_threads());
+
+  int64_t start_step = 0;
+  nlohmann::json history = {{"step", nlohmann::json::array()}, {"train_loss", nlohmann::json::array()},
+                            {"eval_step", nlohmann::json::array()}, {"val_loss", nlohmann::json::array()},
+                            {"entropy", nlohmann::json::array()}};
+  if (o.resume) {
+    const io::RestoredCheckpoint restored = io::load_checkpoint(checkpoint, *model, &optimizer, &scheduler);
+    HEED_CHECK(restored.config == config, "translate",
+               "{} was trained with a different configuration; pass the same flags to resume", checkpoint);
+    start_step = restored.step;
+    if (restored.extra.is_object()) history = restored.extra;
+    std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(start_step));
+  }
+
+  report::MetricsLog log(o.out_dir + "/metrics.jsonl", o.resume);
+  report::Progress progress(o.log_every);
+  diagnostics::AttentionMonitor monitor(*model);
+  const translate::Batch probe =
+      translate::make_batch(task.corpus.validation, {0, 1, 2, 3, 4, 5, 6, 7}, task.source, task.target);
+  const double t0 = now_seconds();
+  double tokens_seen = 0, loss_window = 0;
+  int64_t window_steps = 0;
+  double train_seconds = 0;
+  for (int64_t step = start_step + 1; step <= o.steps; ++step) {
+    const translate::Trainer::StepResult r = trainer.step();
+    const double loss_value = r.loss, norm = r.grad_norm;
+    tokens_seen += static_cast<double>(r.target_tokens);
+    loss_window += loss_value;
+    ++window_steps;
+    train_seconds = now_seconds() - t0;
+    progress.update({step, o.steps, loss_value, r.lr, norm, tokens_seen / train_seconds, ""});
+    if (step % o.log_every == 0 || step == o.steps) {
+      history["step"].push_back(step);
+      history["train_loss"].push_back(loss_window / static_cast<double>(window_steps));
+      log.write({{"step", step}, {"loss", loss_window / static_cast<double>(window_steps)}, {"lr", r.lr},
+                 {"grad_norm", norm}, {"tokens_per_s", tokens_seen / train_seconds}, {"elapsed_s", train_seconds}});
+      loss_window = 0;
+      window_steps = 0;
+    }
+    if (step % o.eval_every == 0 || step == o.steps) {
+      model->eval();
+      const double val = translate::evaluate_loss(*model, task, task.corpus.validation);
+      std::vector<double> entropies;
+      {
+        NoGradGuard no_grad;
+        monitor.record(true);
+        model->forward(probe.src, probe.tgt_in);
+        monitor.record(false);
+        for (const auto& layer : monitor.attention_stats()) entropies.push_back(layer.mean_entropy());
+      }
+      history["eval_step"].push_back(step);
+      history["val_loss"].push_back(val);
+      history["entropy"].push_back(entropies);
+      progress.finish_line();
+      std::printf("step %lld: validation loss %.4f, mean attention entropy per layer [%s]\n",
+                  static_cast<long long>(step), val, fmt::format("{:.2f}", fmt::join(entropies, ", ")).c_str());
+      log.write({{"step", step}, {"val_loss", val}, {"attention_entropy", entropies}});
+    }
+    if (step % o.checkpoint_every == 0 || step == o.steps)
+      io::save_checkpoint(checkpoint, *model, &optimizer, &scheduler, step, config, history);
+  }
+  progress.finish_line();
+  std::printf("training: %.1f s for %lld steps (%.0f target tokens/s)\n", train_seconds,
+              static_cast<long long>(o.steps - start_step), tokens_seen / std::max(train_seconds, 1e-9));
+
+  // ---- evaluate -----------------------------------------------------------------------------
+  model->eval();
+  const double e0 = now_seconds();
+  const translate::EvalResult greedy = translate::evaluate_translation(*model, task, task.corpus.test, {.beam = 1});
+  const double e1 = now_seconds();
+  const translate::EvalResult beam = translate::evaluate_translation(
+      *model, task, task.corpus.test, {.beam = static_cast<int>(o.beam), .length_penalty = o.length_penalty});
+  const double e2 = now_seconds();
+  std::printf("test set (%zu sentences never seen in training):\n", task.corpus.test.size());
+  std::printf("  greedy:      BLEU %.2f, exact match %.1f%% (%.1f s)\n", greedy.bleu, 100 * greedy.exact_match, e1 - e0);
+  std::printf("  beam %lld:      BLEU %.2f, exact match %.1f%% (%.1f s)\n", static_cast<long long>(o.beam), beam.bleu,
+              100 * beam.exact_match, e2 - e1);
+  std::printf("sample translations (beam):\n");
+  for (int64_t i = 0; i < std::min<int64_t>(o.samples, static_cast<int64_t>(task.corpus.test.size())); ++i) {
+    const Pair& p = task.corpus.test[static_cast<size_t>(i)];
+    std::printf("  de:  %s\n  en:  %s\n  ref: %s%s\n", translate::detokenize_german(translate::split_tokens(p.source)).c_str(),
+                beam.hypotheses[static_cast<size_t>(i)].c_str(), p.target.c_str(),
+                beam.hypotheses[static_cast<size_t>(i)] == p.target ? "" : "   <- differs");
+  }
+  log.write({{"test_bleu_greedy", greedy.bleu}, {"test_exact_greedy", greedy.exact_match}, {"test_bleu_beam", beam.bleu},
+             {"test_exact_beam", beam.exact_match}, {"train_seconds", train_seconds}});
+
+  // ---- pictures -----------------------------------------------------------------------------
+  std::vector<report::svg::Series> losses = {{"train (smoothed CE)", {}, {}}, {"validation", {}, {}}};
+  for (size_t i = 0; i < history["step"].size(); ++i) {
+    losses[0].x.push_back(history["step"][i].get<double>());
+    losses[0].y.push_back(history["train_loss"][i].get<double>());
+  }
+  for (size_t i = 0; i < history["eval_step"].size(); ++i) {
+    losses[1].x.push_back(history["eval_step"][i].get<double>());
+    losses[1].y.push_back(history["val_loss"][i].get<double>());
+  }
+  report::svg::line_chart(o.out_dir + "/loss.svg", "toy translation: loss", losses, "step", "cross entropy", true);
+  std::vector<report::svg::Series> entropy_series;
+  for (size_t i = 0; i < history["eval_step"].size(); ++i) {
+    const auto& e = history["entropy"][i];
+    for (size_t l = 0; l < e.size(); ++l) {
+      if (entropy_series.size() <= l) {
+        const auto modules = diagnostics::attention_modules(*model);
+        entropy_series.push_back({l < modules.size() ? modules[l].first : fmt::format("layer {}", l), {}, {}});
+      }
+      entropy_series[l].x.push_back(history["eval_step"][i].get<double>());
+      entropy_series[l].y.push_back(e[l].get<double>());
+    }
+  }
+  report::svg::line_chart(o.out_dir + "/entropy.svg", "mean attention entropy per layer (nats)", entropy_series, "step",
+                          "entropy");
+  attention_pictures(*model, task, task.corpus.test[0], o.out_dir + "/attention.svg");
+  std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", o.out_dir.c_str(),
+              checkpoint.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  cli::ArgParser args("translate",
+                      "Trains a Transformer to translate a synthetic German->English corpus and reports test BLEU.\n"
+                      "With --translate TEXT, translates TEXT with the checkpoint instead.");
+  args.add_int("steps", &o.steps, "training steps", 1, 10000000);
+  args.add_int("batch-size", &o.batch_size, "sentence pairs per step", 1, 100000);
+  args.add_double("lr", &o.lr, "peak learning rate (AdamW)", 0, 10);
+  args.add_double("min-lr", &o.min_lr, "final learning rate of the cosine decay", 0, 10);
+  args.add_int("warmup", &o.warmup, "linear warmup steps", 0, 10000000);
+  args.add_double("weight-decay", &o.weight_decay, "AdamW weight decay (matrices only)", 0, 10);
+  args.add_double("label-smoothing", &o.label_smoothing, "label smoothing", 0, 1);
+  args.add_double("clip", &o.clip, "global gradient-norm clipping", 0, 1e9);
+  args.add_double("dropout", &o.dropout, "dropout", 0, 0.99);
+  args.add_int("d-model", &o.d_model, "model width", 1, 65536);
+  args.add_int("heads", &o.heads, "attention heads", 1, 1024);
+  args.add_int("layers", &o.layers, "encoder and decoder layers", 1, 64);
+  args.add_int("d-ff", &o.d_ff, "feed-forward width", 1, 1 << 20);
+  args.add_string("attn-scale", &o.attn_scale, "attention scale", {"sqrt_dk", "none", "learnable", "affine", "cosine"});
+  args.add_int("seed", &o.seed, "random seed (corpus, init, batches, dropout)", 0, 1LL << 62);
+  args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
+  args.add_string("device", &o.device, "cpu or cuda");
+  args.add_string("amp", &o.amp, "mixed precision", {"none", "fp16", "bf16"});
+  args.add_int("beam", &o.beam, "beam size for evaluation and --translate", 1, 64);
+  args.add_double("length-penalty", &o.length_penalty, "GNMT length penalty alpha", 0, 10);
+  args.add_int("eval-every", &o.eval_every, "validation interval (steps)", 1, 10000000);
+  args.add_int("log-every", &o.log_every, "metrics-log interval (steps)", 1, 10000000);
+  args.add_int("checkpoint-every", &o.checkpoint_every, "checkpoint interval (steps)", 1, 10000000);
+  args.add_string("checkpoint", &o.checkpoint, "checkpoint path (default OUT_DIR/translate.ckpt)");
+  args.add_flag("resume", &o.resume, "continue training from the checkpoint");
+  args.add_string("translate", &o.translate_text, "translate this German text with the checkpoint and exit");
+  args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
+  args.add_int("train-size", &o.train_size, "training pairs to generate", 100, 10000000);
+  args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
+  args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);
+  switch (args.parse(argc, argv)) {
+    case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+    case cli::ArgParser::Outcome::Error:
+      std::fprintf(stderr, "translate: %s\n\n%s", args.error().c_str(), args.usage().c_str());
+      return 2;
+    case cli::ArgParser::Outcome::Ok: break;
+  }
+  return cli::run_guarded("translate", [&] { return run(o); });
+}

@@ -1,0 +1,236 @@
+// tools/heed_bench.cpp — heed-bench: the benchmark cases of ../shared/bench/torch_ref.py with
+// the same flags and the same work, plus matmul, op-overhead and attention-memory cases.
+// Prints one JSON line per case in the reference's format (case, ms_per_step, tokens_per_s,
+// peak_rss_mb) plus achieved GFLOP/s from the FLOP model below.
+//
+// FLOP model (multiply-add = 2 FLOPs; what PyTorch's composed path computes, so both sides
+// are credited with the same work):
+//  * lm: 6 * N * B * T for the weight matmuls (forward 2N per token, backward 4N), with
+//    N = L * (3C^2 + C^2 + 2 * 4C^2) + C * V (QKV, output projection, MLP, head), plus
+//    attention 6 * 2 * L * B * T^2 * C (QK^T and PV, full T x T, forward and backward).
+//  * attn: forward 2 * 2 * B * H * T^2 * D, backward twice that (full T x T as PyTorch
+//    computes it; heed's causal kernel skips the blocks above the diagonal).
+//  * matmul: 2 * M * N * K.
+#include <cblas.h>
+#include <heed/heed.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <sys/resource.h>
+
+using namespace heed;
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+long peak_rss_kb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+// Current and peak resident set (kB) from /proc/self/status; the peak can be reset.
+long status_kb(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::string(key).size()));
+  return -1;
+}
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  return out.good();
+}
+
+struct Options {
+  std::string kind;
+  int64_t vocab = 256, d = 256, heads = 4, layers = 4, seq = 128, batch = 16, steps = 10, warmup = 3, threads = 2;
+  int64_t m = 1024, n = 1024, k = 1024;
+};
+
+int lm_case(const Options& o) {
+  manual_seed(0);
+  nn::TransformerLMOptions mo;
+  mo.vocab = o.vocab;
+  mo.d_model = o.d;
+  mo.heads = o.heads;
+  mo.layers = o.layers;
+  mo.context = o.seq;
+  mo.layout = nn::ProjectionLayout::FusedQKV;
+  nn::TransformerLM model(mo);
+  optim::AdamW opt(model.parameters(), {.lr = 3e-4});
+  const Tensor x = randint(0, o.vocab, {o.batch, o.seq}), y = randint(0, o.vocab, {o.batch, o.seq});
+  auto step = [&] {
+    Tensor loss = F::cross_entropy(model.forward(x), y);
+    opt.zero_grad();
+    loss.backward();
+    nn::clip_grad_norm_(model.parameters(), 1.0);
+    opt.step();
+    return loss.item<double>();
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) step();
+  std::vector<double> times;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const double t0 = now_seconds();
+    step();
+    times.push_back(now_seconds() - t0);
+  }
+  const double ms = median(times) * 1e3;
+  const double C = static_cast<double>(o.d), L = static_cast<double>(o.layers), V = static_cast<double>(o.vocab),
+               BT = static_cast<double>(o.batch * o.seq), T = static_cast<double>(o.seq);
+  const double n_params = L * (12.0 * C * C) + C * V;
+  const double flops = 6.0 * n_params * BT + 6.0 * 2.0 * L * BT * T * C;
+  std::printf("{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
+              "\"gflops\": %.1f, \"peak_rss_mb\": %ld}\n",
+              static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
+              static_cast<long long>(o.seq), static_cast<long long>(o.batch), ms, BT / ms * 1e3, flops / ms / 1e6,
+              peak_rss_kb() / 1024);
+  return 0;
+}
+
+int attn_case(const Options& o) {
+  manual_seed(0);
+  const int64_t B = o.batch, H = o.heads, T = o.seq, D = o.d / o.heads;
+  Tensor q = randn({B, H, T, D}).requires_grad_(), k = randn({B, H, T, D}).requires_grad_(),
+         v = randn({B, H, T, D}).requires_grad_();
+  F::AttentionMask causal;
+  causal.causal = true;
+  auto step = [&] {
+    Tensor out = F::scaled_dot_product_attention(q, k, v, causal);
+    out.sum().backward();
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+  };
+  const long rss_before_kb = status_kb("VmRSS:");
+  const bool peak_reset = reset_peak_rss();
+  for (int64_t i = 0; i < o.warmup; ++i) step();
+  std::vector<double> times;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const double t0 = now_seconds();
+    step();
+    times.push_back(now_seconds() - t0);
+  }
+  const long peak_kb = peak_reset ? status_kb("VmHWM:") : peak_rss_kb();
+  const double ms = median(times) * 1e3;
+  const double flops = 3.0 * 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) *
+                       static_cast<double>(D);
+  std::printf("{\"case\": \"attn B%lld H%lld T%lld D%lld causal fwd+bwd\", \"ms_per_step\": %.2f, \"gflops\": %.1f, "
+              "\"peak_rss_mb\": %ld, \"added_rss_mb\": %.1f}\n",
+              static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T),
+              static_cast<long long>(D), ms, flops / ms / 1e6, peak_rss_kb() / 1024,
+              static_cast<double>(peak_kb - rss_before_kb) / 1024.0);
+  return 0;
+}
+
+int matmul_case(const Options& o) {
+  manual_seed(0);
+  const Tensor a = randn({o.m, o.k}), b = randn({o.k, o.n});
+  Tensor c = zeros({o.m, o.n});
+  const double flops = 2.0 * static_cast<double>(o.m) * static_cast<double>(o.n) * static_cast<double>(o.k);
+  std::vector<double> ours, direct;
+  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+    double t0 = now_seconds();
+    Tensor r = matmul(a, b);
+    const double t_ours = now_seconds() - t0;
+    t0 = now_seconds();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(o.m), static_cast<blasint>(o.n),
+                static_cast<blasint>(o.k), 1.0f, a.data_ptr<float>(), static_cast<blasint>(o.k), b.data_ptr<float>(),
+                static_cast<blasint>(o.n), 0.0f, c.data_ptr<float>(), static_cast<blasint>(o.n));
+    const double t_direct = now_seconds() - t0;
+    if (i >= o.warmup) {
+      ours.push_back(t_ours);
+      direct.push_back(t_direct);
+    }
+  }
+  std::printf("{\"case\": \"matmul %lldx%lldx%lld\", \"ms_per_step\": %.3f, \"gflops\": %.1f, \"openblas_ms\": %.3f, "
+              "\"openblas_gflops\": %.1f}\n",
+              static_cast<long long>(o.m), static_cast<long long>(o.k), static_cast<long long>(o.n),
+              median(ours) * 1e3, flops / median(ours) / 1e9, median(direct) * 1e3, flops / median(direct) / 1e9);
+  return 0;
+}
+
+int overhead_case(const Options& o) {
+  const Tensor a = ones({1}), b = ones({1});
+  const int64_t reps = 200000;
+  std::vector<double> per_op;
+  for (int64_t round = 0; round < o.warmup + o.steps; ++round) {
+    const double t0 = now_seconds();
+    for (int64_t i = 0; i < reps; ++i) {
+      Tensor c = a + b;
+      (void)c;
+    }
+    if (round >= o.warmup) per_op.push_back((now_seconds() - t0) / static_cast<double>(reps));
+  }
+  Tensor ga = ones({1}, TensorOptions().requires_grad(true));
+  std::vector<double> per_op_grad;
+  for (int64_t round = 0; round < o.warmup + o.steps; ++round) {
+    const double t0 = now_seconds();
+    for (int64_t i = 0; i < reps; ++i) {
+      Tensor c = ga + b;
+      (void)c;
+    }
+    if (round >= o.warmup) per_op_grad.push_back((now_seconds() - t0) / static_cast<double>(reps));
+  }
+  std::printf("{\"case\": \"op-overhead add 1 element\", \"ns_per_op\": %.0f, \"ns_per_op_recording_grad\": %.0f}\n",
+              median(per_op) * 1e9, median(per_op_grad) * 1e9);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  cli::ArgParser args("heed-bench",
+                      "Benchmarks heed: `lm` (Transformer LM training step), `attn` (causal attention forward + "
+                      "backward), `matmul` (sgemm through heed vs OpenBLAS), `op-overhead`. Flags and work match "
+                      "../shared/bench/torch_ref.py.");
+  args.add_positional("CASE", &o.kind, "lm | attn | matmul | op-overhead");
+  args.add_int("vocab", &o.vocab, "vocabulary (lm)", 2, 1 << 24);
+  args.add_int("d", &o.d, "model width (lm), heads * head dim (attn)", 1, 1 << 20);
+  args.add_int("heads", &o.heads, "attention heads", 1, 4096);
+  args.add_int("layers", &o.layers, "layers (lm)", 1, 1024);
+  args.add_int("seq", &o.seq, "sequence length", 1, 1 << 22);
+  args.add_int("batch", &o.batch, "batch size", 1, 1 << 20);
+  args.add_int("steps", &o.steps, "timed steps (the median is reported)", 1, 1000000);
+  args.add_int("warmup", &o.warmup, "untimed warm-up steps", 0, 1000000);
+  args.add_int("threads", &o.threads, "threads", 1, 1024);
+  args.add_int("m", &o.m, "rows of A (matmul)", 1, 1 << 20);
+  args.add_int("n", &o.n, "columns of B (matmul)", 1, 1 << 20);
+  args.add_int("k", &o.k, "inner dimension (matmul)", 1, 1 << 20);
+  switch (args.parse(argc, argv)) {
+    case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+    case cli::ArgParser::Outcome::Error:
+      std::fprintf(stderr, "heed-bench: %s\n\n%s", args.error().c_str(), args.usage().c_str());
+      return 2;
+    case cli::ArgParser::Outcome::Ok: break;
+  }
+  if (o.kind != "lm" && o.kind != "attn" && o.kind != "matmul" && o.kind != "op-overhead") {
+    std::fprintf(stderr, "heed-bench: unknown case '%s'\n\n%s", o.kind.c_str(), args.usage().c_str());
+    return 2;
+  }
+  if (o.d % o.heads != 0) {
+    std::fprintf(stderr, "heed-bench: --d %lld is not divisible by --heads %lld\n", static_cast<long long>(o.d),
+                 static_cast<long long>(o.heads));
+    return 2;
+  }
+  return cli::run_guarded("heed-bench", [&] {
+    set_num_threads(static_cast<int>(o.threads));
+    if (o.kind == "lm") return lm_case(o);
+    if (o.kind == "attn") return attn_case(o);
+    if (o.kind == "matmul") return matmul_case(o);
+    return overhead_case(o);
+  });
+}
