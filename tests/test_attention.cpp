@@ -403,7 +403,8 @@ TEST_CASE("F::scaled_dot_product_attention: attention dropout is seeded and drop
       F::scaled_dot_product_attention_with_weights(data.tq(), data.tk(), data.tv(), {}, p);
   manual_seed(11);
   Tensor again = F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), {}, p);
-  CHECK(ref::values(r.output) == ref::values(again));
+  // The fused path draws the same mask; only the summation order differs.
+  check_close(ref::values(again), ref::values(r.output), 1e-12, 1e-14, "fused vs composed dropout");
   // The same Philox counters give the mask: F::dropout of ones of the weights' shape.
   manual_seed(11);
   const Values keep_scale = ref::values(F::dropout(ones({2, 2, 3, 4}, kFloat64), p));

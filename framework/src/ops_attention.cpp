@@ -148,6 +148,13 @@ AttentionResult scaled_dot_product_attention_with_weights(
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionMask& mask, double dropout_p,
                                     std::optional<double> scale, bool is_causal) {
+  // The fused kernel whenever the device has it and the shapes fit (O(T) memory); the
+  // composed path otherwise, when the weights are wanted, or when the additive mask itself
+  // needs a gradient (its gradient is a dense (T, S) tensor anyway).
+  const bool additive_needs_grad = mask.additive.defined() && mask.additive.requires_grad();
+  if (!additive_needs_grad && flash_attention_supported(q, k, v))
+    return detail_flash::flash_attention_impl(q, k, v, mask, dropout_p, scale, is_causal,
+                                              "scaled_dot_product_attention");
   return scaled_dot_product_attention_with_weights(q, k, v, mask, dropout_p, scale, is_causal)
       .output;
 }

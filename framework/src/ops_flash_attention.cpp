@@ -25,30 +25,29 @@ struct PreparedMasks {
   Tensor key_lengths;  // int64 host copy (B), or undefined
 };
 
-PreparedMasks prepare_masks(const AttentionMask& mask, int64_t B, int64_t H, int64_t T, int64_t S, DType compute,
-                            Device device) {
-  const char* name = "flash_attention";
-  const Dims scores{B, H, T, S};
+// Validates the masks against the scores' shape as the caller sees it ((B, H, T, S), or
+// (B, T, S) for 3-D inputs) and returns them ready to broadcast to (B, H, T, S).
+PreparedMasks prepare_masks(const AttentionMask& mask, const Dims& user_scores, DType compute,
+                            Device device, const char* name) {
   PreparedMasks out;
-  // Validation and the combined boolean mask of key_padding + keep come from the shared
-  // helper, without the causal/window/lengths parts that the kernel applies itself.
+  const bool three_d = user_scores.size() == 3;
+  auto to_4d = [&](const Tensor& t) { return three_d && t.dim() == 3 ? t.unsqueeze(1) : t; };
+  // The boolean part (key_padding + keep); causal, window and lengths run in the kernel.
   AttentionMask boolean;
   boolean.key_padding = mask.key_padding;
   boolean.keep = mask.keep;
-  out.keep = attention_keep_mask(boolean, scores, device);
+  const Tensor keep = attention_keep_mask(boolean, user_scores, device, name);
+  if (keep.defined()) out.keep = to_4d(keep);
   if (mask.key_lengths.defined()) {
     AttentionMask lengths_only;
     lengths_only.key_lengths = mask.key_lengths;
-    attention_keep_mask(lengths_only, scores, device);  // validates shape, dtype and range
+    attention_keep_mask(lengths_only, user_scores, device,
+                        name);  // validates shape, dtype and range
     out.key_lengths = mask.key_lengths.to(kCPU).to(kInt64).contiguous();
   }
   if (mask.additive.defined()) {
-    HEED_CHECK(is_floating(mask.additive.dtype()), name, "the additive mask must be floating point, got {}",
-               dtype_name(mask.additive.dtype()));
-    HEED_CHECK(broadcast_shapes(mask.additive.shape(), scores, name) == scores, name,
-               "additive mask of shape {} does not broadcast to the scores' shape {}", shape_str(mask.additive.shape()),
-               shape_str(scores));
-    out.additive = mask.additive.detach().to(compute);
+    check_additive_mask(mask.additive, user_scores, name);
+    out.additive = to_4d(mask.additive.detach().to(compute));
   }
   return out;
 }
@@ -70,26 +69,35 @@ bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
   return q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2);
 }
 
-Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionMask& mask,
-                       double dropout_p, std::optional<double> scale, bool is_causal) {
-  const char* name = "flash_attention";
+namespace detail_flash {
+
+Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                            const AttentionMask& mask, double dropout_p,
+                            std::optional<double> scale, bool is_causal, const char* name) {
   for (const Tensor* t : {&q_in, &k_in, &v_in}) {
     detail::check_defined(*t, name);
     detail::check_floating(*t, name);
   }
   HEED_CHECK(flash_attention_supported(q_in, k_in, v_in), name,
-             "needs q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv) on one device with a flash kernel; got {}, {}, {} "
+             "needs q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv) on one device with a flash "
+             "kernel; got {}, {}, {} "
              "on {}",
-             shape_str(q_in.shape()), shape_str(k_in.shape()), shape_str(v_in.shape()), q_in.device().str());
-  HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}", dropout_p);
+             shape_str(q_in.shape()), shape_str(k_in.shape()), shape_str(v_in.shape()),
+             q_in.device().str());
+  HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}",
+             dropout_p);
   HEED_CHECK(mask.window >= -1, name, "window must be >= 0 (or -1 for none), got {}", mask.window);
   const Tensor q = as_4d(q_in), k = as_4d(k_in), v = as_4d(v_in);
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2), Dv = v.size(3);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2),
+                Dv = v.size(3);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
   HEED_CHECK(std::isfinite(s), name, "scale must be finite, got {}", s);
-  const DType compute = detail::compute_dtype(promote_types(promote_types(q.dtype(), k.dtype()), v.dtype()));
+  const DType compute =
+      detail::compute_dtype(promote_types(promote_types(q.dtype(), k.dtype()), v.dtype()));
   const Device device = q.device();
-  const PreparedMasks masks = prepare_masks(mask, B, H, T, S, compute, device);
+  Dims user_scores(q_in.shape().begin(), q_in.shape().end() - 1);
+  user_scores.push_back(S);
+  const PreparedMasks masks = prepare_masks(mask, user_scores, compute, device, name);
   const Tensor qc = q.detach().to(compute).contiguous(), kc = k.detach().to(compute).contiguous(),
                vc = v.detach().to(compute).contiguous();
   Tensor out = detail::make_empty({B, H, T, Dv}, compute, device);
@@ -111,8 +119,8 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
     Generator& gen = default_generator();
     args.dropout_state = {gen.seed(), gen.advance(static_cast<uint64_t>(B * H * T * S))};
   }
-  auto bind_inputs = [&](kernels::FlashAttentionArgs& a, const Tensor& qq, const Tensor& kk, const Tensor& vv,
-                         const PreparedMasks& m) {
+  auto bind_inputs = [&](kernels::FlashAttentionArgs& a, const Tensor& qq, const Tensor& kk,
+                         const Tensor& vv, const PreparedMasks& m) {
     a.q = qq.raw_data();
     a.k = kk.raw_data();
     a.v = vv.raw_data();
@@ -127,7 +135,8 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   if (out.numel() > 0 && S == 0) out.zero_();
 
   if (any_requires_grad({&q_in, &k_in, &v_in})) {
-    const bool need_q = q_in.requires_grad(), need_k = k_in.requires_grad(), need_v = v_in.requires_grad();
+    const bool need_q = q_in.requires_grad(), need_k = k_in.requires_grad(),
+               need_v = v_in.requires_grad();
     const DType dq_type = q_in.dtype(), dk_type = k_in.dtype(), dv_type = v_in.dtype();
     const Dims q_shape = q_in.shape(), k_shape = k_in.shape(), v_shape = v_in.shape();
     SavedTensor sq(qc, name), sk(kc, name), sv(vc, name), sout(out, name), slse(lse, name);
@@ -157,12 +166,21 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
           dv.zero_();
         }
       }
-      return {need_q ? dq.reshape(q_shape).to(dq_type) : Tensor(), need_k ? dk.reshape(k_shape).to(dk_type) : Tensor(),
+      return {need_q ? dq.reshape(q_shape).to(dq_type) : Tensor(),
+              need_k ? dk.reshape(k_shape).to(dk_type) : Tensor(),
               need_v ? dv.reshape(v_shape).to(dv_type) : Tensor()};
     });
   }
   Tensor result = q_in.dim() == 3 ? out.squeeze(1) : out;
   return result.dtype() == v_in.dtype() ? result : result.to(v_in.dtype());
+}
+
+}  // namespace detail_flash
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                       double dropout_p, std::optional<double> scale, bool is_causal) {
+  return detail_flash::flash_attention_impl(q, k, v, mask, dropout_p, scale, is_causal,
+                                            "flash_attention");
 }
 
 }  // namespace heed::F

@@ -62,10 +62,17 @@ AttentionResult scaled_dot_product_attention_with_weights(
 // saved), masked key blocks skipped, dropout regenerated in backward. q (B, H, T, D),
 // k (B, H, S, D), v (B, H, S, Dv) with equal B and H (or 3-D (B, L, D) for one head).
 // scaled_dot_product_attention uses it whenever the device has the kernel and the shapes fit.
+// The additive mask is a constant here (no gradient flows into it).
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionMask& mask = {}, double dropout_p = 0.0,
                        std::optional<double> scale = std::nullopt, bool is_causal = false);
 // Whether flash_attention can run these inputs (device kernel present, matching (B, H)).
 bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v);
+
+namespace detail_flash {
+// flash_attention reporting errors under the caller's op name.
+Tensor flash_attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                            double dropout_p, std::optional<double> scale, bool is_causal, const char* name);
+}  // namespace detail_flash
 
 }  // namespace heed::F
