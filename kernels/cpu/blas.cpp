@@ -1,12 +1,10 @@
 // kernels/cpu/blas.cpp — gemm on OpenBLAS (the OpenMP build, sharing heed's thread pool).
 //
 // Invariants: operands are passed with transpose flags and leading dimensions, never
-// copied here. OpenBLAS itself always runs single-threaded (its multi-threaded sgemm rounds
-// differently for different thread counts); heed parallelises by splitting C into blocks
-// whose sizes depend on the problem shape only, one single-threaded sgemm per block, so the
-// result is bit-identical for every thread count.
-#include <cblas.h>
-
+// copied here. OpenBLAS itself always runs single-threaded (blas_call.h); heed parallelises
+// by splitting C into blocks whose sizes depend on the problem shape only, one
+// single-threaded gemm per block, so the result is bit-identical for every thread count.
+#include "blas_call.h"
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 
@@ -16,39 +14,19 @@ namespace {
 // Rows and columns of C per task.
 constexpr int64_t kBlockRows = 192;
 constexpr int64_t kBlockCols = 512;
-
-// openblas_set_num_threads also sets OpenMP's default thread count: keep ours.
-void make_blas_single_threaded() {
-  const int ours = omp_get_max_threads();
-  openblas_set_num_threads(1);
-  omp_set_num_threads(ours);
-}
-const bool kBlasConfigured = (make_blas_single_threaded(), true);
 }  // namespace
 
-void set_threads(int n) {
-  openblas_set_num_threads(1);
-  omp_set_num_threads(n);
-}
+void set_threads(int n) { omp_set_num_threads(n); }
 
 namespace {
 template <typename T>
 void gemm_one(const GemmArgs& g, int64_t m, int64_t n, const T* a, const T* b, T* c) {
-  const CBLAS_TRANSPOSE ta = g.trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
-  const auto bm = static_cast<blasint>(m), bn = static_cast<blasint>(n), bk = static_cast<blasint>(g.k);
-  const auto lda = static_cast<blasint>(g.lda), ldb = static_cast<blasint>(g.ldb), ldc = static_cast<blasint>(g.ldc);
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, bm, bn, bk, static_cast<float>(g.alpha), a, lda, b, ldb,
-                static_cast<float>(g.beta), c, ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, bm, bn, bk, g.alpha, a, lda, b, ldb, g.beta, c, ldc);
-  }
+  blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, static_cast<T>(g.beta), c,
+               g.ldc);
 }
 
 template <typename T>
 void gemm_typed(const GemmArgs& g) {
-  (void)kBlasConfigured;
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);

@@ -14,10 +14,9 @@
 //    fewer, one pass per key block (dK, dV) and one per query block (dQ).
 //  * Dropout masks come from philox_uniform at the element's (b, h, i, j) index, so the
 //    composed path with F::dropout draws the same mask.
-#include <cblas.h>
-
 #include <vector>
 
+#include "blas_call.h"
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "heed/random.h"
@@ -31,17 +30,10 @@ constexpr int64_t kBlockQ = 64;
 constexpr int64_t kBlockK = 64;
 constexpr int64_t kSinglePassHeads = 8;
 
-// C (m,n) = alpha * A (m,k) * op(B) + beta * C, row-major, single call into BLAS.
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
-                a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
-                a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  blas_gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int64_t view_offset(const StridedView& v, int64_t b, int64_t h, int64_t i, int64_t j) {
