@@ -2,7 +2,9 @@
 //
 // The engine counts, for every node reachable from the roots, how many edges lead into it,
 // then runs nodes whose count reached zero (a topological order, no recursion). Gradients
-// for one node are summed in a buffer before it runs; leaves accumulate into .grad.
+// for one node are summed in a buffer before it runs (its hooks see the total); a leaf's
+// gradients are summed over the pass, then its hooks run once and it accumulates into .grad.
+// Long graphs are also destroyed iteratively (~Node).
 #include "heed/autograd.h"
 
 #include <atomic>
@@ -56,6 +58,23 @@ Node::Node(const char* name, std::vector<Edge> edges, BackwardFn backward, Dims 
       output_shape_(output_shape),
       output_dtype_(output_dtype),
       sequence_nr_(g_next_sequence_nr++) {}
+
+Node::~Node() {
+  // Take over the producers that would die with this node and release them in a loop; a
+  // producer still owned elsewhere only loses a reference.
+  std::vector<std::shared_ptr<Node>> dying;
+  auto adopt = [&dying](std::vector<Edge>& edges) {
+    for (Edge& e : edges)
+      if (e.node && e.node.use_count() == 1) dying.push_back(std::move(e.node));
+  };
+  adopt(edges_);
+  while (!dying.empty()) {
+    std::shared_ptr<Node> node = std::move(dying.back());
+    dying.pop_back();
+    adopt(node->edges_);
+    node->backward_ = nullptr;  // its saved tensors and captures go now, not recursively
+  }
+}
 
 std::vector<Tensor> Node::apply(const Tensor& grad_output, bool retain_graph) {
   HEED_CHECK(backward_, name_,
@@ -148,13 +167,20 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
   std::unordered_map<Node*, Tensor> buffers;
   std::vector<Node*> stack;
 
+  // Leaf gradients are summed over the whole pass, then each leaf's hooks run once on the
+  // total (as PyTorch's AccumulateGrad runs once all its inputs arrived): a leaf used twice
+  // in one graph does not see its hooks called per use. In first-arrival order.
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> leaf_grads;
+  std::unordered_map<const TensorImpl*, size_t> leaf_slot;
   auto deliver_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
-    if (capture) {
-      auto it = capture->leaves.find(leaf.get());
-      if (it != capture->leaves.end()) it->second = accumulate(it->second, g);
-      return;
+    if (capture && !capture->leaves.count(leaf.get())) return;
+    const auto [it, inserted] = leaf_slot.try_emplace(leaf.get(), leaf_grads.size());
+    if (inserted) {
+      leaf_grads.emplace_back(leaf, g);
+    } else {
+      Tensor& total = leaf_grads[it->second].second;
+      total = accumulate(total, g);
     }
-    accumulate_into_leaf(*leaf, g);
   };
 
   // Count incoming edges of every reachable node.
@@ -196,6 +222,12 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
       if (capture) {
         auto it = capture->nodes.find(node);
         if (it != capture->nodes.end()) it->second = grad_out;
+      } else if (std::shared_ptr<TensorImpl> retained = node->retained_output()) {
+        if (!retained->grad) {
+          retained->grad = grad_out.clone().impl_ptr();
+        } else {
+          Tensor(retained->grad).add_(grad_out);
+        }
       }
       grads = node->apply(grad_out, retain_graph);
       if (g_backward_observer) g_backward_observer(*node, grad_out, grads);
@@ -220,30 +252,41 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
       if (--dependencies[next] == 0) ready.push_back(next);
     }
   }
+
+  for (const auto& [leaf, g] : leaf_grads) {
+    if (capture) {
+      // heed::grad: the leaf's hooks see (and may replace) its gradient; .grad stays as it is.
+      capture->leaves[leaf.get()] = apply_hooks(leaf->hooks, g);
+    } else {
+      accumulate_into_leaf(*leaf, g);
+    }
+  }
 }
 
-std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
-  HEED_CHECK(grads.empty() || grads.size() == roots.size(), "backward",
-             "got {} gradients for {} tensors", grads.size(), roots.size());
+// Seed gradients for `roots`; `op` ("backward" or "grad") names the caller in errors.
+std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                              const char* op) {
+  HEED_CHECK(grads.empty() || grads.size() == roots.size(), op, "got {} gradients for {} tensors",
+             grads.size(), roots.size());
   std::vector<Tensor> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& root = roots[i];
-    detail::check_defined(root, "backward", "tensor");
-    HEED_CHECK(root.requires_grad(), "backward",
+    detail::check_defined(root, op, "tensor");
+    HEED_CHECK(root.requires_grad(), op,
                "tensor {} of shape {} does not require grad and has no grad_fn", i,
                shape_str(root.shape()));
     Tensor seed = grads.empty() ? Tensor() : grads[i];
     if (!seed.defined()) {
-      HEED_CHECK(root.numel() == 1, "backward",
+      HEED_CHECK(root.numel() == 1, op,
                  "grad can be implicitly created only for tensors with one element; got shape {} "
                  "(pass a gradient of the same shape)",
                  shape_str(root.shape()));
       seed = ones(root.shape(), root.options());
     }
-    HEED_CHECK(seed.shape() == root.shape(), "backward",
+    HEED_CHECK(seed.shape() == root.shape(), op,
                "gradient of shape {} given for a tensor of shape {}", shape_str(seed.shape()),
                shape_str(root.shape()));
-    detail::check_same_device(seed, root, "backward");
+    detail::check_same_device(seed, root, op);
     seeds.push_back(seed.dtype() == root.dtype() ? seed : seed.to(root.dtype()));
   }
   return seeds;
@@ -253,7 +296,7 @@ std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vecto
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                   bool retain_graph) {
-  run_engine(roots, seeds_for(roots, grads), retain_graph, nullptr);
+  run_engine(roots, seeds_for(roots, grads, "backward"), retain_graph, nullptr);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -268,10 +311,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     else
       capture.leaves[in.impl_ptr().get()] = Tensor();
   }
-  run_engine(outputs, seeds_for(outputs, grad_outputs), retain_graph, &capture);
+  run_engine(outputs, seeds_for(outputs, grad_outputs, "grad"), retain_graph, &capture);
   std::vector<Tensor> result;
   for (const Tensor& in : inputs) {
-    Tensor g = in.grad_fn() ? capture.nodes[in.grad_fn().get()] : capture.leaves[in.impl_ptr().get()];
+    Tensor g =
+        in.grad_fn() ? capture.nodes[in.grad_fn().get()] : capture.leaves[in.impl_ptr().get()];
     result.push_back(g.defined() ? g : zeros(in.shape(), in.options()));
   }
   return result;

@@ -3,6 +3,7 @@
 // Invariants: random factories draw from the default Philox generator and advance it by
 // exactly numel counters, so the same seed gives the same tensors in the same order.
 #include <cmath>
+#include <limits>
 
 #include "heed/ops.h"
 #include "heed/random.h"
@@ -11,24 +12,46 @@
 namespace heed {
 
 namespace {
+// Checks a factory's shape and options before anything is allocated.
+void check_factory(const Dims& shape, const TensorOptions& options, const char* op) {
+  int64_t numel = 1;
+  for (int64_t s : shape) {
+    HEED_CHECK(s >= 0, op, "negative size {} in shape {}", s, shape_str(shape));
+    HEED_CHECK(s == 0 || numel <= std::numeric_limits<int64_t>::max() / 8 / s, op,
+               "shape {} has too many elements", shape_str(shape));
+    numel *= s;
+  }
+  HEED_CHECK(!options.requires_grad() || is_floating(options.dtype()), op,
+             "only floating-point tensors can require grad (got {})", dtype_name(options.dtype()));
+}
+
 Tensor finish(Tensor t, const TensorOptions& options) {
   if (options.requires_grad()) t.requires_grad_(true);
   return t;
 }
-}  // namespace
 
-Tensor empty(const Dims& shape, TensorOptions options) {
-  return finish(detail::make_empty(shape, options.dtype(), options.device()), options);
-}
-
-Tensor full(const Dims& shape, double value, TensorOptions options) {
+Tensor full_named(const Dims& shape, double value, TensorOptions options, const char* op) {
+  check_factory(shape, options, op);
   Tensor t = detail::make_empty(shape, options.dtype(), options.device());
   if (t.numel() > 0) HEED_KERNEL(t.device(), fill)(detail::view_of(t), value);
   return finish(t, options);
 }
+}  // namespace
 
-Tensor zeros(const Dims& shape, TensorOptions options) { return full(shape, 0.0, options); }
-Tensor ones(const Dims& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor empty(const Dims& shape, TensorOptions options) {
+  check_factory(shape, options, "empty");
+  return finish(detail::make_empty(shape, options.dtype(), options.device()), options);
+}
+
+Tensor full(const Dims& shape, double value, TensorOptions options) {
+  return full_named(shape, value, options, "full");
+}
+Tensor zeros(const Dims& shape, TensorOptions options) {
+  return full_named(shape, 0.0, options, "zeros");
+}
+Tensor ones(const Dims& shape, TensorOptions options) {
+  return full_named(shape, 1.0, options, "ones");
+}
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
@@ -38,9 +61,13 @@ Tensor scalar_tensor(double value, TensorOptions options) { return full({}, valu
 Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
-  HEED_CHECK(step != 0.0 && std::isfinite(step), "arange", "step must be finite and non-zero, got {}", step);
+  HEED_CHECK(step != 0.0 && std::isfinite(step), "arange",
+             "step must be finite and non-zero, got {}", step);
   HEED_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "start and end must be finite");
+  check_factory({}, options, "arange");
   const double count = std::ceil((end - start) / step);
+  HEED_CHECK(count < 9.2e18, "arange", "[{}, {}) in steps of {} has too many elements", start, end,
+             step);
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   Tensor t = detail::make_empty({n}, options.dtype(), options.device());
   if (n > 0) HEED_KERNEL(t.device(), arange)(t.dtype(), t.raw_data(), n, start, step);
@@ -48,14 +75,22 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 }
 
 namespace {
-Tensor random_tensor(const Dims& shape, kernels::RandomKind kind, double a, double b, TensorOptions options,
-                     const char* name) {
-  HEED_CHECK(is_floating(options.dtype()) || kind == kernels::RandomKind::Uniform, name,
-             "expects a floating dtype, got {}", dtype_name(options.dtype()));
+// `integers`: randint (an integer dtype, [a, b) integers); otherwise a floating dtype.
+Tensor random_tensor(const Dims& shape, kernels::RandomKind kind, double a, double b,
+                     TensorOptions options, const char* name, bool integers = false) {
+  check_factory(shape, options, name);
+  if (integers) {
+    HEED_CHECK(is_integral(options.dtype()), name, "expects an integer dtype, got {}",
+               dtype_name(options.dtype()));
+  } else {
+    HEED_CHECK(is_floating(options.dtype()), name, "expects a floating dtype, got {}",
+               dtype_name(options.dtype()));
+  }
   Tensor t = detail::make_empty(shape, options.dtype(), options.device());
   Generator& gen = default_generator();
   const kernels::PhiloxState state{gen.seed(), gen.advance(static_cast<uint64_t>(t.numel()))};
-  if (t.numel() > 0) HEED_KERNEL(t.device(), random)(kind, t.dtype(), t.raw_data(), t.numel(), a, b, state);
+  if (t.numel() > 0)
+    HEED_KERNEL(t.device(), random)(kind, t.dtype(), t.raw_data(), t.numel(), a, b, state);
   return finish(t, options);
 }
 }  // namespace
@@ -67,19 +102,27 @@ Tensor rand(const Dims& shape, TensorOptions options) {
   return random_tensor(shape, kernels::RandomKind::Uniform, 0.0, 1.0, options, "rand");
 }
 Tensor uniform(const Dims& shape, double low, double high, TensorOptions options) {
-  HEED_CHECK(low <= high, "uniform", "low {} must not exceed high {}", low, high);
+  HEED_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, "uniform",
+             "expected finite low <= high, got low {} and high {}", low, high);
   return random_tensor(shape, kernels::RandomKind::Uniform, low, high, options, "uniform");
 }
 Tensor randint(int64_t low, int64_t high, const Dims& shape, TensorOptions options) {
   HEED_CHECK(low < high, "randint", "low {} must be below high {}", low, high);
-  HEED_CHECK(is_integral(options.dtype()), "randint", "expects an integer dtype, got {}",
-             dtype_name(options.dtype()));
+  // The bounds travel to the kernel as doubles: keep them exact (|bound| <= 2^53).
+  constexpr int64_t kExact = int64_t{1} << 53;
+  HEED_CHECK(low >= -kExact && high <= kExact, "randint",
+             "bounds must lie in [-2^53, 2^53], got [{}, {})", low, high);
+  if (options.dtype() == kInt32)
+    HEED_CHECK(low >= std::numeric_limits<int32_t>::min() &&
+                   high - 1 <= std::numeric_limits<int32_t>::max(),
+               "randint", "[{}, {}) does not fit int32", low, high);
   return random_tensor(shape, kernels::RandomKind::Uniform, static_cast<double>(low),
-                       static_cast<double>(high), options, "randint");
+                       static_cast<double>(high), options, "randint", /*integers=*/true);
 }
 
 Tensor eye(int64_t n, TensorOptions options) {
   HEED_CHECK(n >= 0, "eye", "size must be non-negative, got {}", n);
+  check_factory({n, n}, options, "eye");
   Tensor t = zeros({n, n}, options.requires_grad(false));
   if (n > 0) {
     Tensor diagonal = detail::make_alias(t, {n}, {n + 1}, 0);
@@ -107,8 +150,10 @@ Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorO
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Dims& shape, TensorOptions options) {
+  check_factory(shape, options, "from_vector");
   HEED_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector",
-             "{} values cannot fill shape {} ({} elements)", values.size(), shape_str(shape), shape_numel(shape));
+             "{} values cannot fill shape {} ({} elements)", values.size(), shape_str(shape),
+             shape_numel(shape));
   // Stage as the source type on the CPU, then convert dtype and device.
   Tensor host = detail::make_empty(shape, dtype_of<T>, kCPU);
   if (!values.empty()) {

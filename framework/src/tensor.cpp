@@ -3,6 +3,7 @@
 #include "heed/tensor.h"
 
 #include <cmath>
+#include <limits>
 
 #include "heed/autograd.h"
 #include "heed/functional.h"
@@ -35,8 +36,8 @@ Device parse_device(const std::string& text) {
   if (text.rfind("cuda:", 0) == 0 && text.size() > 5) {
     int index = 0;
     for (char c : text.substr(5)) {
-      HEED_CHECK(c >= '0' && c <= '9', "parse_device", "bad device '{}' (expected cpu, cuda or cuda:N)",
-                 text);
+      HEED_CHECK(c >= '0' && c <= '9', "parse_device",
+                 "bad device '{}' (expected cpu, cuda or cuda:N)", text);
       index = index * 10 + (c - '0');
       HEED_CHECK(index < 1024, "parse_device", "device index in '{}' is too large", text);
     }
@@ -50,10 +51,13 @@ Device parse_device(const std::string& text) {
 namespace detail {
 
 Tensor make_empty(const Dims& shape, DType dtype, Device device) {
-  for (int64_t s : shape)
+  int64_t n = 1;
+  for (int64_t s : shape) {
     HEED_CHECK(s >= 0, "empty", "negative size in shape {}", shape_str(shape));
+    HEED_CHECK(!__builtin_mul_overflow(n, s, &n) && n <= std::numeric_limits<int64_t>::max() / 8,
+               "empty", "shape {} has too many elements", shape_str(shape));
+  }
   auto impl = std::make_shared<TensorImpl>();
-  const int64_t n = shape_numel(shape);
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(n) * dtype_size(dtype), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
@@ -116,6 +120,12 @@ void prepare_inplace(const Tensor& target, const char* op,
                  "requires grad; use the out-of-place op",
                  shape_str(o->shape()));
   }
+  // A broadcast (expanded) tensor has elements that share memory: writing them is ambiguous.
+  for (int d = 0; d < target.dim(); ++d)
+    HEED_CHECK(target.strides()[d] != 0 || target.shape()[d] <= 1, op,
+               "cannot write in place into a tensor of shape {} and strides {}: several of its "
+               "elements share one memory location (it was expanded); clone() it first",
+               shape_str(target.shape()), shape_str(target.strides()));
   target.storage()->bump_version();
 }
 
@@ -127,7 +137,8 @@ Tensor checked_indices(const Tensor& index, int64_t extent, const char* op) {
   const int64_t n = idx.numel();
   for (int64_t i = 0; i < n; ++i) {
     if (p[i] < 0 || p[i] >= extent) [[unlikely]] {
-      fail(op, "index {} at position {} is out of range for a dimension of size {} (expected 0..{})",
+      fail(op,
+           "index {} at position {} is out of range for a dimension of size {} (expected 0..{})",
            p[i], i, extent, extent - 1);
     }
   }
@@ -138,9 +149,7 @@ Tensor checked_indices(const Tensor& index, int64_t extent, const char* op) {
 
 // ---- metadata -------------------------------------------------------------------------------
 
-int64_t Tensor::size(int64_t dim) const {
-  return shape()[normalize_dim(dim, this->dim(), "size")];
-}
+int64_t Tensor::size(int64_t dim) const { return shape()[normalize_dim(dim, this->dim(), "size")]; }
 
 int64_t Tensor::stride(int64_t dim) const {
   return strides()[normalize_dim(dim, this->dim(), "stride")];
@@ -158,8 +167,8 @@ bool Tensor::is_contiguous() const {
 }
 
 void Tensor::check_dtype_for_access(DType expected, const char* what) const {
-  HEED_CHECK(dtype() == expected, what, "tensor has dtype {}, but {} was requested", dtype_name(dtype()),
-             dtype_name(expected));
+  HEED_CHECK(dtype() == expected, what, "tensor has dtype {}, but {} was requested",
+             dtype_name(dtype()), dtype_name(expected));
 }
 
 // ---- element access -------------------------------------------------------------------------
@@ -167,27 +176,51 @@ void Tensor::check_dtype_for_access(DType expected, const char* what) const {
 namespace {
 double load_as_double(const void* p, DType t) {
   switch (t) {
-    case kFloat32: return *static_cast<const float*>(p);
-    case kFloat64: return *static_cast<const double*>(p);
-    case kFloat16: return half_bits_to_float(*static_cast<const uint16_t*>(p));
-    case kBFloat16: return bfloat16_bits_to_float(*static_cast<const uint16_t*>(p));
-    case kInt32: return *static_cast<const int32_t*>(p);
-    case kInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
-    case kBool: return *static_cast<const bool*>(p) ? 1.0 : 0.0;
+    case kFloat32:
+      return *static_cast<const float*>(p);
+    case kFloat64:
+      return *static_cast<const double*>(p);
+    case kFloat16:
+      return half_bits_to_float(*static_cast<const uint16_t*>(p));
+    case kBFloat16:
+      return bfloat16_bits_to_float(*static_cast<const uint16_t*>(p));
+    case kInt32:
+      return *static_cast<const int32_t*>(p);
+    case kInt64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    case kBool:
+      return *static_cast<const bool*>(p) ? 1.0 : 0.0;
   }
   return 0.0;
 }
+// One element of dtype `t` as T, with the conversion rules of the copy kernel and no
+// undefined behaviour: float -> integer truncates toward zero, NaN gives 0 and values out of
+// range saturate; int64 -> int32 wraps (as a dtype conversion does); anything -> bool is != 0.
 template <typename T>
 T convert_from(const void* p, DType t) {
-  if constexpr (std::is_same_v<T, int64_t>) {
-    if (t == kInt64) return *static_cast<const int64_t*>(p);
+  if constexpr (std::is_same_v<T, bool>) {
+    return load_as_double(p, t) != 0.0;  // NaN != 0 is true, as in PyTorch
+  } else if constexpr (std::is_integral_v<T>) {
+    if (t == kInt64) return static_cast<T>(*static_cast<const int64_t*>(p));
+    if (t == kInt32) return static_cast<T>(*static_cast<const int32_t*>(p));
+    if (t == kBool) return static_cast<T>(*static_cast<const bool*>(p) ? 1 : 0);
+    const double v = load_as_double(p, t);
+    if (std::isnan(v)) return 0;
+    // 2^63 and 2^31 are exact doubles; anything at or beyond the limits saturates.
+    if (v <= static_cast<double>(std::numeric_limits<T>::min()))
+      return std::numeric_limits<T>::min();
+    if (v >= -static_cast<double>(std::numeric_limits<T>::min()))
+      return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(load_as_double(p, t));
   }
-  return static_cast<T>(load_as_double(p, t));
 }
 }  // namespace
 
 template <typename T>
 T Tensor::item() const {
+  detail::check_defined(*this, "item", "tensor");
   HEED_CHECK(numel() == 1, "item", "expected a tensor with one element, got shape {}",
              shape_str(shape()));
   Tensor host = device().is_cpu() ? *this : to(kCPU);
@@ -196,6 +229,7 @@ T Tensor::item() const {
 
 template <typename T>
 T Tensor::at(const Dims& index) const {
+  detail::check_defined(*this, "at", "tensor");
   HEED_CHECK(index.size() == dim(), "at", "expected {} indices for shape {}, got {}", dim(),
              shape_str(shape()), index.size());
   int64_t offset_elems = 0;
@@ -211,6 +245,8 @@ T Tensor::at(const Dims& index) const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  detail::check_defined(*this, "to_vector", "tensor");
+  NoGradGuard no_grad;  // reading values records nothing
   Tensor host = (device().is_cpu() ? *this : to(kCPU)).contiguous();
   std::vector<T> out(static_cast<size_t>(host.numel()));
   const size_t esize = host.element_size();
@@ -219,9 +255,9 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define HEED_INSTANTIATE_ACCESS(T)                   \
-  template T Tensor::item<T>() const;                \
-  template T Tensor::at<T>(const Dims&) const;       \
+#define HEED_INSTANTIATE_ACCESS(T)             \
+  template T Tensor::item<T>() const;          \
+  template T Tensor::at<T>(const Dims&) const; \
   template std::vector<T> Tensor::to_vector<T>() const;
 HEED_INSTANTIATE_ACCESS(float)
 HEED_INSTANTIATE_ACCESS(double)
@@ -243,56 +279,56 @@ Tensor copy_to(const Tensor& src, DType dtype, Device device) {
   }
   // Cross-device: make the source contiguous in the target dtype on its own device, then
   // move the bytes through the host.
-  Tensor staged = (src.is_contiguous() && src.dtype() == dtype) ? src : copy_to(src, dtype, src.device());
-  if (device.is_cpu()) {
-    HEED_KERNEL(src.device(), copy_host)(out.raw_data(), staged.raw_data(),
-                                        static_cast<size_t>(out.numel()) * dtype_size(dtype), true);
-  } else {
-    HEED_KERNEL(device, copy_host)(out.raw_data(), staged.raw_data(),
-                                   static_cast<size_t>(out.numel()) * dtype_size(dtype), false);
-  }
+  Tensor staged =
+      (src.is_contiguous() && src.dtype() == dtype) ? src : copy_to(src, dtype, src.device());
+  const Device transfer_device = device.is_cpu() ? src.device() : device;  // the non-CPU end
+  const auto copy_host_kernel = HEED_KERNEL(transfer_device, copy_host);
+  copy_host_kernel(out.raw_data(), staged.raw_data(),
+                   static_cast<size_t>(out.numel()) * dtype_size(dtype), device.is_cpu());
   return out;
 }
 }  // namespace
 
 Tensor Tensor::to(DType dtype) const {
+  detail::check_defined(*this, "to", "tensor");
   if (dtype == this->dtype()) return *this;
   Tensor out = copy_to(*this, dtype, device());
-  if (any_requires_grad({this})) {
-    HEED_CHECK(is_floating(dtype), "to",
-               "cannot convert a tensor that requires grad to {} (gradients need floats)",
-               dtype_name(dtype));
+  // As in PyTorch, a conversion to an integer or bool dtype ends the history (no gradient
+  // flows through it); a float -> float conversion is differentiable.
+  if (is_floating(dtype) && any_requires_grad({this})) {
     const DType from = this->dtype();
-    record_op("to_dtype", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> {
-      return {g.to(from)};
-    });
+    record_op("to_dtype", {this}, out,
+              [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
   }
   return out;
 }
 
 Tensor Tensor::to(Device device) const {
+  detail::check_defined(*this, "to", "tensor");
   if (device == this->device()) return *this;
   Tensor out = copy_to(*this, dtype(), device);
   if (any_requires_grad({this})) {
     const Device from = this->device();
-    record_op("to_device", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> {
-      return {g.to(from)};
-    });
+    record_op("to_device", {this}, out,
+              [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
   }
   return out;
 }
 
 Tensor Tensor::contiguous() const {
+  detail::check_defined(*this, "contiguous", "tensor");
   if (is_contiguous()) return *this;
   Tensor out = copy_to(*this, dtype(), device());
   if (any_requires_grad({this}))
-    record_op("contiguous", {this}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+    record_op("contiguous", {this}, out,
+              [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
   return out;
 }
 
 Tensor contiguous(const Tensor& x) { return x.contiguous(); }
 
 Tensor Tensor::clone() const {
+  detail::check_defined(*this, "clone", "tensor");
   Tensor out = copy_to(*this, dtype(), device());
   if (any_requires_grad({this}))
     record_op("clone", {this}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
@@ -300,12 +336,14 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::detach() const {
+  detail::check_defined(*this, "detach", "tensor");
   return detail::make_alias(*this, shape(), strides(), offset());
 }
 
 // ---- autograd -------------------------------------------------------------------------------
 
 Tensor& Tensor::requires_grad_(bool value) {
+  detail::check_defined(*this, "requires_grad_", "tensor");
   HEED_CHECK(!value || is_floating(dtype()), "requires_grad_",
              "only floating-point tensors can require grad (got {})", dtype_name(dtype()));
   HEED_CHECK(value || is_leaf(), "requires_grad_",
@@ -315,21 +353,30 @@ Tensor& Tensor::requires_grad_(bool value) {
 }
 
 void Tensor::set_grad(const Tensor& grad) {
+  detail::check_defined(*this, "set_grad", "tensor");
   if (grad.defined()) {
     HEED_CHECK(grad.shape() == shape(), "set_grad", "gradient of shape {} for a tensor of shape {}",
                shape_str(grad.shape()), shape_str(shape()));
+    HEED_CHECK(grad.dtype() == dtype(), "set_grad",
+               "gradient of dtype {} for a tensor of dtype {} (shape {})", dtype_name(grad.dtype()),
+               dtype_name(dtype()), shape_str(shape()));
     detail::check_same_device(grad, *this, "set_grad");
   }
   impl().grad = grad.defined() ? grad.impl_ptr() : nullptr;
 }
 
-void Tensor::zero_grad() { impl().grad = nullptr; }
+void Tensor::zero_grad() {
+  detail::check_defined(*this, "zero_grad", "tensor");
+  impl().grad = nullptr;
+}
 
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   run_backward({*this}, {grad}, retain_graph);
 }
 
 void Tensor::register_hook(TensorHook hook) const {
+  detail::check_defined(*this, "register_hook", "tensor");
+  HEED_CHECK(hook != nullptr, "register_hook", "the hook is empty");
   HEED_CHECK(requires_grad(), "register_hook",
              "cannot register a hook on a tensor that does not require grad");
   if (grad_fn())
@@ -339,19 +386,13 @@ void Tensor::register_hook(TensorHook hook) const {
 }
 
 void Tensor::retain_grad() const {
-  HEED_CHECK(requires_grad(), "retain_grad", "the tensor does not require grad");
+  detail::check_defined(*this, "retain_grad", "tensor");
+  HEED_CHECK(requires_grad(), "retain_grad", "the tensor of shape {} does not require grad",
+             shape_str(shape()));
   if (is_leaf()) return;
-  std::weak_ptr<TensorImpl> weak = impl_ptr();
-  grad_fn()->add_output_hook([weak](const Tensor& g) -> Tensor {
-    if (auto self = weak.lock()) {
-      if (!self->grad) {
-        self->grad = g.clone().impl_ptr();
-      } else {
-        Tensor(self->grad).add_(g);
-      }
-    }
-    return Tensor();
-  });
+  // The engine stores the gradient after every hook of the node ran (calling this twice
+  // changes nothing); heed::grad() leaves it alone.
+  grad_fn()->set_retained_output(impl_ptr());
 }
 
 Tensor& Tensor::set_name(std::string name) {
@@ -365,24 +406,31 @@ namespace {
 // Writes `value` (already the result, same shape) into `target`.
 void write_back(Tensor& target, const Tensor& value) {
   if (value.numel() == 0) return;
-  HEED_KERNEL(target.device(), copy)(detail::view_of(target), detail::view_of(value.to(target.device())));
+  const auto copy_kernel = HEED_KERNEL(target.device(), copy);
+  copy_kernel(detail::view_of(target), detail::view_of(value.to(target.device())));
 }
 }  // namespace
 
-Tensor& Tensor::fill_(double value) {
-  detail::prepare_inplace(*this, "fill_");
-  if (numel() > 0) HEED_KERNEL(device(), fill)(detail::view_of(*this), value);
-  return *this;
+namespace {
+Tensor& fill_named(Tensor& target, double value, const char* op) {
+  detail::prepare_inplace(target, op);
+  if (target.numel() > 0) HEED_KERNEL(target.device(), fill)(detail::view_of(target), value);
+  return target;
 }
+}  // namespace
 
-Tensor& Tensor::zero_() { return fill_(0.0); }
+Tensor& Tensor::fill_(double value) { return fill_named(*this, value, "fill_"); }
+Tensor& Tensor::zero_() { return fill_named(*this, 0.0, "zero_"); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  detail::check_defined(*this, "copy_", "tensor");
   detail::check_defined(src, "copy_", "source");
+  HEED_CHECK(src.dim() <= dim() && broadcast_shapes(src.shape(), shape(), "copy_") == shape(),
+             "copy_",
+             "cannot copy a tensor of shape {} into one of shape {} (the source must "
+             "broadcast to the destination)",
+             shape_str(src.shape()), shape_str(shape()));
   detail::prepare_inplace(*this, "copy_", {&src});
-  HEED_CHECK(src.shape() == shape() || broadcast_shapes(src.shape(), shape(), "copy_") == shape(),
-             "copy_", "cannot copy a tensor of shape {} into one of shape {}", shape_str(src.shape()),
-             shape_str(shape()));
   if (numel() == 0) return *this;
   Tensor source = src.device() == device() ? src : src.to(device());
   kernels::StridedView from = detail::broadcast_view(source, shape());
@@ -390,30 +438,76 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-#define HEED_INPLACE_BINARY(method, expr, ...)                                  \
-  Tensor& Tensor::method {                                                      \
-    detail::prepare_inplace(*this, #method, {__VA_ARGS__});                     \
-    Tensor result;                                                              \
-    {                                                                           \
-      NoGradGuard no_grad;                                                      \
-      result = (expr);                                                          \
-    }                                                                           \
-    HEED_CHECK(result.shape() == shape(), #method,                              \
-               "the result of shape {} does not fit the tensor of shape {}",    \
-               shape_str(result.shape()), shape_str(shape()));                  \
-    write_back(*this, result.dtype() == dtype() ? result : result.to(dtype())); \
-    return *this;                                                               \
+namespace {
+// Runs an in-place update: checks that `target` may be written, computes the out-of-place
+// result without recording it, checks that it keeps the shape, bumps the version, writes back.
+template <typename Compute>
+Tensor& inplace_update(Tensor& target, const char* op, std::initializer_list<const Tensor*> others,
+                       Compute&& compute) {
+  detail::check_defined(target, op, "tensor");
+  for (const Tensor* o : others) detail::check_defined(*o, op, "operand");
+  Tensor result;
+  {
+    NoGradGuard no_grad;
+    result = compute();
   }
+  HEED_CHECK(result.shape() == target.shape(), op,
+             "the result of shape {} does not fit the tensor of shape {} (the operand must "
+             "broadcast to the tensor's shape)",
+             shape_str(result.shape()), shape_str(target.shape()));
+  detail::prepare_inplace(target, op, others);
+  write_back(target, result.dtype() == target.dtype() ? result : result.to(target.dtype()));
+  return target;
+}
+}  // namespace
 
-HEED_INPLACE_BINARY(add_(const Tensor& other, double alpha), heed::add(*this, other, alpha), &other)
-HEED_INPLACE_BINARY(add_(double value), heed::add_scalar(*this, value))
-HEED_INPLACE_BINARY(sub_(const Tensor& other), sub(*this, other), &other)
-HEED_INPLACE_BINARY(mul_(const Tensor& other), mul(*this, other), &other)
-HEED_INPLACE_BINARY(mul_(double value), mul_scalar(*this, value))
-HEED_INPLACE_BINARY(div_(double value), mul_scalar(*this, 1.0 / value))
-HEED_INPLACE_BINARY(masked_fill_(const Tensor& mask, double value), heed::masked_fill(*this, mask, value),
-                    &mask)
-#undef HEED_INPLACE_BINARY
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  return inplace_update(*this, "add_", {&other}, [&] { return heed::add(*this, other, alpha); });
+}
+namespace {
+// An integer tensor cannot hold the result of an update by a fractional (or non-finite)
+// scalar; PyTorch refuses it too ("result type Float can't be cast to Long").
+void check_integral_scalar(const Tensor& target, double value, const char* op) {
+  detail::check_defined(target, op, "tensor");
+  HEED_CHECK(
+      is_floating(target.dtype()) || (std::isfinite(value) && value == std::trunc(value)), op,
+      "cannot update a {} tensor of shape {} in place with the non-integer scalar {}; convert it "
+      "to a floating dtype first",
+      dtype_name(target.dtype()), shape_str(target.shape()), value);
+}
+}  // namespace
+
+Tensor& Tensor::add_(double value) {
+  check_integral_scalar(*this, value, "add_");
+  return inplace_update(*this, "add_", {}, [&] { return heed::add_scalar(*this, value); });
+}
+Tensor& Tensor::sub_(const Tensor& other) {
+  return inplace_update(*this, "sub_", {&other}, [&] { return heed::sub(*this, other); });
+}
+Tensor& Tensor::mul_(const Tensor& other) {
+  return inplace_update(*this, "mul_", {&other}, [&] { return heed::mul(*this, other); });
+}
+Tensor& Tensor::mul_(double value) {
+  check_integral_scalar(*this, value, "mul_");
+  return inplace_update(*this, "mul_", {}, [&] { return heed::mul_scalar(*this, value); });
+}
+Tensor& Tensor::div_(double value) {
+  detail::check_defined(*this, "div_", "tensor");
+  HEED_CHECK(
+      is_floating(dtype()), "div_",
+      "in-place division of a {} tensor of shape {} would truncate; convert it to a floating "
+      "dtype first",
+      dtype_name(dtype()), shape_str(shape()));
+  // A true division (x / 3 is not x * (1/3) in floating point), computed in float32 at least.
+  const DType scalar_dtype = is_half(dtype()) ? kFloat32 : dtype();
+  return inplace_update(*this, "div_", {}, [&] {
+    return heed::div(*this, scalar_tensor(value, TensorOptions(scalar_dtype).device(device())));
+  });
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
+  return inplace_update(*this, "masked_fill_", {&mask},
+                        [&] { return heed::masked_fill(*this, mask, value); });
+}
 
 // ---- method forms of free ops ---------------------------------------------------------------
 
@@ -431,7 +525,9 @@ Tensor Tensor::pow(const Tensor& exponent) const { return heed::pow(*this, expon
 Tensor Tensor::sum() const { return heed::sum(*this); }
 Tensor Tensor::sum(const Dims& dims, bool keepdim) const { return heed::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return heed::mean(*this); }
-Tensor Tensor::mean(const Dims& dims, bool keepdim) const { return heed::mean(*this, dims, keepdim); }
+Tensor Tensor::mean(const Dims& dims, bool keepdim) const {
+  return heed::mean(*this, dims, keepdim);
+}
 Tensor Tensor::var(const Dims& dims, bool keepdim, double correction) const {
   return heed::var(*this, dims, keepdim, correction);
 }

@@ -71,6 +71,11 @@ class Node {
 
   Node(const char* name, std::vector<Edge> edges, BackwardFn backward, Dims output_shape,
        DType output_dtype);
+  // Releases the nodes of a long chain one after another instead of recursively, so that
+  // dropping a graph of any depth cannot overflow the stack.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
   const char* name() const { return name_; }
   const std::vector<Edge>& edges() const { return edges_; }
   const Dims& output_shape() const { return output_shape_; }
@@ -80,6 +85,10 @@ class Node {
   // Hooks on the output gradient of this node (registered through non-leaf tensors).
   void add_output_hook(TensorHook hook) { output_hooks_.push_back(std::move(hook)); }
   const std::vector<TensorHook>& output_hooks() const { return output_hooks_; }
+  // The tensor whose .grad keeps this node's output gradient (Tensor::retain_grad); stored
+  // by backward() after the hooks ran, never by heed::grad().
+  void set_retained_output(const std::shared_ptr<TensorImpl>& output) { retained_output_ = output; }
+  std::shared_ptr<TensorImpl> retained_output() const { return retained_output_.lock(); }
   // Runs backward; releases the closure (and what it saved) unless retain_graph.
   std::vector<Tensor> apply(const Tensor& grad_output, bool retain_graph);
   // Free-form context shown by anomaly reports (shapes of inputs, user tag).
@@ -93,6 +102,7 @@ class Node {
   DType output_dtype_;
   uint64_t sequence_nr_;
   std::vector<TensorHook> output_hooks_;
+  std::weak_ptr<TensorImpl> retained_output_;
 };
 
 // True when grad mode is on and any input requires grad.

@@ -100,7 +100,9 @@ inline uint16_t float_to_half_bits_portable(float f) {
 inline float half_bits_to_float_portable(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1f) {  // Inf, or NaN made quiet with its payload kept (as F16C does)
+    return bits_to_float(sign | 0x7f800000u | (mantissa << 13) | (mantissa ? 0x400000u : 0u));
+  }
   if (exponent == 0) {
     const float v = static_cast<float>(mantissa) * (1.0f / 16777216.0f);  // mantissa * 2^-24
     return sign ? -v : v;
