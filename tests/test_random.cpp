@@ -118,19 +118,29 @@ TEST_CASE("philox4x32_10 matches the known answer and the reference") {
 }
 
 TEST_CASE("philox_uniform and philox_normal are functions of (seed, index)") {
-  for (uint64_t i : {0ull, 1ull, 77ull, 123456789ull}) {
-    const Words4 w =
-        reference_philox({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0, 0}, {5, 0});
+  for (uint64_t i : {0ull, 1ull, 2ull, 3ull, 77ull, 123456789ull}) {
+    // Uniforms: lane i % 4 of block i / 4.
+    const uint64_t block = i >> 2;
+    const Words4 w = reference_philox(
+        {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0}, {5, 0});
     const float u = philox_uniform(5, i);
-    CHECK(u == static_cast<float>(w[0] >> 8) / 16777216.0f);  // 24 random bits in [0, 1)
+    CHECK(u == static_cast<float>(w[i & 3] >> 8) / 16777216.0f);  // 24 random bits in [0, 1)
     CHECK(u >= 0.0f);
     CHECK(u < 1.0f);
-    // Box-Muller on u1 in (0, 1] and u2 in [0, 1).
-    const double u1 = (static_cast<double>(w[0] >> 8) + 1.0) / 16777216.0,
-                 u2 = static_cast<double>(w[1] >> 8) / 16777216.0;
-    const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    // Normals: Box-Muller on lanes 0, 1 of block i / 2; cosine for even i, sine for odd i.
+    const uint64_t pair = i >> 1;
+    const Words4 p = reference_philox(
+        {static_cast<uint32_t>(pair), static_cast<uint32_t>(pair >> 32), 0, 0}, {5, 0});
+    const double u1 = (static_cast<double>(p[0] >> 8) + 1.0) / 16777216.0,
+                 u2 = static_cast<double>(p[1] >> 8) / 16777216.0;
+    const double radius = std::sqrt(-2.0 * std::log(u1)), angle = 2.0 * std::numbers::pi * u2;
+    const double normal = radius * ((i & 1) ? std::sin(angle) : std::cos(angle));
     CHECK(philox_normal(5, i) == doctest::Approx(normal).epsilon(1e-6));
   }
+  // The bulk fill gives the same values from any starting index.
+  std::vector<float> bulk(11);
+  philox_uniform_fill(9, 6, 11, bulk.data());
+  for (uint64_t j = 0; j < 11; ++j) CHECK(bulk[j] == philox_uniform(9, 6 + j));
 }
 
 // ---- the generator ----------------------------------------------------------------------------

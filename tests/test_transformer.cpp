@@ -717,7 +717,9 @@ TEST_CASE("golden: a tiny TransformerLM trained with plain SGD reproduces its re
     NoGradGuard no_grad;
     for (Tensor& p : model.parameters()) p.sub_(p.grad() * lr);
   }
-  const std::vector<double> golden = {3.07622, 2.98013, 2.88825, 2.80002, 2.71492};
+  // Recorded with the four-lane Philox streams (random.h); re-record only for intentional
+  // changes of initialisation or random streams.
+  const std::vector<double> golden = {2.94124, 2.85527, 2.77314, 2.69429, 2.61827};
   for (size_t i = 0; i < golden.size(); ++i) {
     CAPTURE(i);
     CHECK(losses[i] == doctest::Approx(golden[i]).epsilon(1e-4));

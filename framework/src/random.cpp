@@ -37,16 +37,29 @@ Philox4 philox4x32_10(uint64_t counter, uint64_t key) {
   return {{c0, c1, c2, c3}};
 }
 
+// Each Philox block (counter c) gives four 24-bit uniforms: indices 4c .. 4c+3.
 float philox_uniform(uint64_t seed, uint64_t index) {
-  const Philox4 r = philox4x32_10(index, seed);
-  return static_cast<float>(r.v[0] >> 8) * (1.0f / 16777216.0f);  // 24 bits: [0, 1)
+  const Philox4 r = philox4x32_10(index >> 2, seed);
+  return static_cast<float>(r.v[index & 3] >> 8) * (1.0f / 16777216.0f);  // [0, 1)
 }
 
+void philox_uniform_fill(uint64_t seed, uint64_t first, int64_t n, float* out) {
+  int64_t j = 0;
+  while (j < n) {
+    const uint64_t index = first + static_cast<uint64_t>(j);
+    const Philox4 r = philox4x32_10(index >> 2, seed);
+    for (uint64_t lane = index & 3; lane < 4 && j < n; ++lane, ++j)
+      out[j] = static_cast<float>(r.v[lane] >> 8) * (1.0f / 16777216.0f);
+  }
+}
+
+// Box-Muller on one Philox block per pair of normals: indices 2c (cosine) and 2c+1 (sine).
 float philox_normal(uint64_t seed, uint64_t index) {
-  const Philox4 r = philox4x32_10(index, seed);
+  const Philox4 r = philox4x32_10(index >> 1, seed);
   const double u1 = (static_cast<double>(r.v[0] >> 8) + 1.0) * (1.0 / 16777216.0);  // (0, 1]
   const double u2 = static_cast<double>(r.v[1] >> 8) * (1.0 / 16777216.0);          // [0, 1)
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  const double radius = std::sqrt(-2.0 * std::log(u1)), angle = 6.283185307179586 * u2;
+  return static_cast<float>(radius * ((index & 1) ? std::sin(angle) : std::cos(angle)));
 }
 
 }  // namespace heed

@@ -99,13 +99,12 @@ struct Problem {
   void dropout_tile(T* p, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     const float threshold = static_cast<float>(a.dropout_p);
     const T scale = static_cast<T>(1.0 / (1.0 - a.dropout_p));
+    float u[kBlockK];
     for (int64_t i = i0; i < i1; ++i) {
       const uint64_t base = a.dropout_state.offset + static_cast<uint64_t>(((b * H + h) * T_ + i) * S);
+      philox_uniform_fill(a.dropout_state.seed, base + static_cast<uint64_t>(j0), j1 - j0, u);
       T* row = p + (i - i0) * ld;
-      for (int64_t j = j0; j < j1; ++j)
-        row[j - j0] = philox_uniform(a.dropout_state.seed, base + static_cast<uint64_t>(j)) >= threshold
-                          ? row[j - j0] * scale
-                          : T(0);
+      for (int64_t j = j0; j < j1; ++j) row[j - j0] = u[j - j0] >= threshold ? row[j - j0] * scale : T(0);
     }
   }
 };
