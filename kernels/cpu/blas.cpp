@@ -11,9 +11,44 @@
 namespace heed::kernels::cpu {
 
 namespace {
-// Rows and columns of C per task.
-constexpr int64_t kBlockRows = 192;
-constexpr int64_t kBlockCols = 512;
+// C is split into a grid of tasks whose count is a power of two (so 1, 2, 4, ... threads share
+// them evenly) and depends on the problem shape only: enough tasks for parallelism, each big
+// enough (>= kMinTaskFlops) to amortise packing the operands.
+constexpr double kMinTaskFlops = 4e6;
+constexpr int64_t kMaxTasks = 16;
+constexpr int64_t kRowAlign = 16, kColAlign = 64;
+
+struct Grid {
+  int64_t row_parts = 1, col_parts = 1, rows_per = 0, cols_per = 0;
+};
+
+Grid plan_grid(int64_t m, int64_t n, int64_t k) {
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  int64_t tasks = 1;
+  while (tasks < kMaxTasks && flops / static_cast<double>(tasks * 2) >= kMinTaskFlops) tasks *= 2;
+  // Among the grids with that many tasks, pick the one that packs the least: every row part
+  // packs its (k, n/col_parts) slice of B, every column part its (m/row_parts, k) slice of A,
+  // so the packed volume is k * (row_parts * n + col_parts * m).
+  Grid g;
+  double best = -1;
+  for (int64_t rows = 1; rows <= tasks; rows *= 2) {
+    const int64_t cols = tasks / rows;
+    if (m / rows < kRowAlign && rows > 1) continue;
+    if (n / cols < kColAlign && cols > 1) continue;
+    const double packed = static_cast<double>(rows) * static_cast<double>(n) + static_cast<double>(cols) * static_cast<double>(m);
+    if (best < 0 || packed < best) {
+      best = packed;
+      g.row_parts = rows;
+      g.col_parts = cols;
+    }
+  }
+  auto round_up = [](int64_t v, int64_t align) { return (v + align - 1) / align * align; };
+  g.rows_per = round_up((m + g.row_parts - 1) / g.row_parts, kRowAlign);
+  g.cols_per = round_up((n + g.col_parts - 1) / g.col_parts, kColAlign);
+  g.row_parts = (m + g.rows_per - 1) / g.rows_per;
+  g.col_parts = (n + g.cols_per - 1) / g.cols_per;
+  return g;
+}
 }  // namespace
 
 void set_threads(int n) { omp_set_num_threads(n); }
@@ -30,21 +65,18 @@ void gemm_typed(const GemmArgs& g) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);
-  // Split C into row blocks, and into column blocks too when there are few rows.
-  const int64_t row_blocks = (g.m + kBlockRows - 1) / kBlockRows;
-  const int64_t col_block = row_blocks >= 4 ? g.n : std::min<int64_t>(g.n, kBlockCols);
-  const int64_t col_blocks = (g.n + col_block - 1) / std::max<int64_t>(col_block, 1);
-  const int64_t tasks_per_batch = row_blocks * col_blocks;
-  const double flops_per_task = 2.0 * static_cast<double>(std::min(g.m, kBlockRows)) *
-                                static_cast<double>(col_block) * static_cast<double>(g.k);
-  // Group tiny tasks so each parallel chunk has real work (the grouping never changes what a
-  // task computes).
-  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(flops_per_task, 1.0)));
+  const Grid grid = plan_grid(g.m, g.n, g.k);
+  const int64_t tasks_per_batch = grid.row_parts * grid.col_parts;
+  // Many small batched products: group them so each parallel chunk has real work (grouping
+  // never changes what a task computes).
+  const double flops_per_task =
+      2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) / static_cast<double>(tasks_per_batch);
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kMinTaskFlops / std::max(flops_per_task, 1.0)));
   parallel_for(g.batch * tasks_per_batch, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t i = task / tasks_per_batch, t = task % tasks_per_batch;
-      const int64_t r0 = (t / col_blocks) * kBlockRows, c0 = (t % col_blocks) * col_block;
-      const int64_t rows = std::min(kBlockRows, g.m - r0), cols = std::min(col_block, g.n - c0);
+      const int64_t r0 = (t / grid.col_parts) * grid.rows_per, c0 = (t % grid.col_parts) * grid.cols_per;
+      const int64_t rows = std::min(grid.rows_per, g.m - r0), cols = std::min(grid.cols_per, g.n - c0);
       const T* ai = a + i * g.batch_stride_a + (g.trans_a ? r0 : r0 * g.lda);
       const T* bi = b + i * g.batch_stride_b + (g.trans_b ? c0 * g.ldb : c0);
       T* ci = c + i * g.batch_stride_c + r0 * g.ldc + c0;

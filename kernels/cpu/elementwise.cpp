@@ -6,6 +6,7 @@
 
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "vec_math.h"
 
 namespace heed::kernels::cpu {
 
@@ -211,13 +212,43 @@ void copy(const StridedView& dst, const StridedView& src) {
 }
 
 void unary(UnaryOp op, DType dtype, const void* in, void* out, int64_t n, double alpha) {
+  if (dtype == kFloat32 && op == UnaryOp::GeluErf) {  // vectorised fast path
+    const float* x = static_cast<const float*>(in);
+    float* y = static_cast<float*>(out);
+    parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) { gelu_erf_forward(x + begin, y + begin, end - begin); });
+    return;
+  }
   dispatch_all(dtype, [&](auto tag) {
     using T = decltype(tag);
     unary_typed<T>(op, static_cast<const T*>(in), static_cast<T*>(out), n, alpha);
   });
 }
 
+namespace {
+bool contiguous_same_shape(const StridedView& v, const StridedView& out) {
+  if (v.ndim != out.ndim) return false;
+  int64_t expected = 1;
+  for (int d = v.ndim - 1; d >= 0; --d) {
+    if (v.shape[d] != out.shape[d]) return false;
+    if (v.shape[d] != 1 && v.strides[d] != expected) return false;
+    expected *= v.shape[d];
+  }
+  return true;
+}
+}  // namespace
+
 void binary(BinaryOp op, const StridedView& a, const StridedView& b, const StridedView& out) {
+  if (op == BinaryOp::GeluErfBackward && a.dtype == kFloat32 && contiguous_same_shape(a, out) &&
+      contiguous_same_shape(b, out)) {  // vectorised fast path
+    int64_t n = 1;
+    for (int d = 0; d < out.ndim; ++d) n *= out.shape[d];
+    const float* g = static_cast<const float*>(a.data);
+    const float* x = static_cast<const float*>(b.data);
+    float* y = static_cast<float*>(out.data);
+    parallel_for(n, kElementwiseGrain,
+                 [&](int64_t begin, int64_t end) { gelu_erf_backward(g + begin, x + begin, y + begin, end - begin); });
+    return;
+  }
   dispatch_all(a.dtype, [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out); });
 }
 
