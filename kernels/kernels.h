@@ -177,7 +177,8 @@ using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* wei
                                      const void* rstd, const void* dy, int64_t rows, int64_t cols, void* dx,
                                      void* dweight, void* dbias);
 
-// Fused (flash-style) attention over contiguous q (B,H,T,D), k (B,H,S,D), v (B,H,S,Dv):
+// Fused (flash-style) attention over q (B,H,T,D), k (B,H,S,D), v (B,H,S,Dv) (strided, see
+// AttentionLayout):
 // online softmax over key blocks; only the per-row log-sum-exp is kept for backward; blocks
 // that causal/window/key-length masks exclude are skipped. Masks: causal (bottom-right
 // aligned: query i sits at i + S - T), window (|pos_i - j| <= window, -1 = off),
@@ -186,6 +187,11 @@ using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* wei
 // on the attention weights uses philox_uniform(seed, offset + ((b*H + h)*T + i)*S + j) >= p,
 // the same mask F::dropout draws for a (B,H,T,S) tensor. A fully masked row gives output 0
 // and lse -inf. dtype float32 or float64.
+// Element strides of a (B, H, L, D) operand whose last dim is contiguous; all zero means
+// the contiguous layout (H*L*D, L*D, D).
+struct AttentionLayout {
+  int64_t batch = 0, head = 0, seq = 0;
+};
 struct FlashAttentionArgs {
   DType dtype = kFloat32;
   int64_t batch = 0, heads = 0, queries = 0, keys = 0, head_dim = 0, value_dim = 0;
@@ -204,12 +210,27 @@ struct FlashAttentionArgs {
   void* out = nullptr;  // (B,H,T,Dv)
   void* lse = nullptr;  // (B,H,T)
   // backward only
-  const void* grad_out = nullptr;  // (B,H,T,Dv) contiguous
+  const void* grad_out = nullptr;  // (B,H,T,Dv)
   void* grad_q = nullptr;          // written (not accumulated)
   void* grad_k = nullptr;
   void* grad_v = nullptr;
+  // Layouts of q, k, v, out, grad_out, grad_q, grad_k, grad_v (lse is always contiguous).
+  AttentionLayout q_layout, k_layout, v_layout, out_layout, grad_out_layout, grad_q_layout, grad_k_layout,
+      grad_v_layout;
 };
 using FlashAttentionFn = void (*)(const FlashAttentionArgs& args);
+
+// The global-norm reduction of clip_grad_norm_ over a list of contiguous floating tensors on
+// one device, with one host synchronisation per call (not one per tensor). Returns, in
+// float64, sum_t sum_i |x_ti|^p for a finite norm_type p > 0 (squares for p = 2, absolute
+// values for p = 1), or max_t max_i |x_ti| for p = INFINITY (NaN when any element is NaN).
+// Each tensor is summed in a fixed order (deterministic for a fixed input).
+struct NormInput {
+  const void* data = nullptr;
+  DType dtype = kFloat32;
+  int64_t n = 0;
+};
+using GlobalNormFn = double (*)(const NormInput* inputs, int count, double norm_type);
 
 #define HEED_FOR_EACH_KERNEL(X)                                                                    \
   X(allocate, AllocateFn) X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn)      \
@@ -220,7 +241,8 @@ using FlashAttentionFn = void (*)(const FlashAttentionArgs& args);
   X(index_add, IndexAddFn) X(gather, GatherFn) X(scatter_add, ScatterAddFn) X(random, RandomFn)     \
   X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn) X(adam_step, AdamStepFn)                \
   X(layer_norm_forward, LayerNormForwardFn) X(layer_norm_backward, LayerNormBackwardFn)             \
-  X(flash_attention_forward, FlashAttentionFn) X(flash_attention_backward, FlashAttentionFn)
+  X(flash_attention_forward, FlashAttentionFn) X(flash_attention_backward, FlashAttentionFn)        \
+  X(global_norm, GlobalNormFn)
 
 struct KernelTable {
 #define HEED_KERNEL_FIELD(name, type) type name = nullptr;

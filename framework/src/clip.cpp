@@ -1,13 +1,16 @@
 // framework/src/clip.cpp — clip_grad_norm_ and clip_grad_value_.
 //
-// Invariants: norms accumulate in float64 on the gradients' devices; a gradient tensor shared
-// by several parameters is scaled once; non-finite norms never modify a gradient.
+// Invariants: norms accumulate in float64 on the gradients' devices through the global_norm
+// kernel (one call, so one host synchronisation, per device); a gradient tensor shared by
+// several parameters is counted and scaled once; non-finite norms never modify a gradient.
 #include "heed/clip.h"
 
+#include <algorithm>
 #include <set>
 
 #include "heed/autograd.h"
 #include "heed/ops.h"
+#include "kernels/kernels.h"
 
 namespace heed::nn {
 
@@ -35,22 +38,27 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   HEED_CHECK(norm_type > 0.0, kOp, "norm_type must be > 0 or INFINITY, got {}", norm_type);
   const std::vector<Tensor> grads = gradients_of(params, kOp);
   NoGradGuard no_grad;
-  double total = 0.0;
   const bool max_norm_type = std::isinf(norm_type);
-  for (const Tensor& grad : grads) {
-    if (grad.numel() == 0) continue;
-    Tensor g = grad.detach().to(kFloat64);
-    if (max_norm_type) {
-      const double largest = max(abs(g)).item<double>();
-      total = (std::isnan(largest) || largest > total) ? largest : total;
-      if (std::isnan(total)) break;
-    } else if (norm_type == 2.0) {
-      total += sum(square(g)).item<double>();
-    } else if (norm_type == 1.0) {
-      total += sum(abs(g)).item<double>();
-    } else {
-      total += sum(pow(abs(g), norm_type)).item<double>();
+  // One global_norm kernel call per device (one host synchronisation per device, not per
+  // tensor); the per-device results combine as partial sums (or maxima).
+  double total = 0.0;
+  std::vector<Device> devices;
+  for (const Tensor& grad : grads)
+    if (std::find(devices.begin(), devices.end(), grad.device()) == devices.end()) devices.push_back(grad.device());
+  for (const Device& device : devices) {
+    std::vector<Tensor> keep_alive;
+    std::vector<kernels::NormInput> inputs;
+    for (const Tensor& grad : grads) {
+      if (grad.device() != device || grad.numel() == 0) continue;
+      HEED_CHECK(is_floating(grad.dtype()), kOp, "gradient of dtype {} (shape {}) is not floating-point",
+                 dtype_name(grad.dtype()), shape_str(grad.shape()));
+      keep_alive.push_back(grad.detach().contiguous());
+      inputs.push_back({keep_alive.back().raw_data(), grad.dtype(), grad.numel()});
     }
+    if (inputs.empty()) continue;
+    const double part =
+        HEED_KERNEL(device, global_norm)(inputs.data(), static_cast<int>(inputs.size()), norm_type);
+    total = max_norm_type ? ((std::isnan(part) || part > total) ? part : total) : total + part;
   }
   if (!max_norm_type) {
     if (norm_type == 2.0)

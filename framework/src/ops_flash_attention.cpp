@@ -1,10 +1,13 @@
-// framework/src/ops_flash_attention.cpp — F::flash_attention: the fused attention kernel as a
-// differentiable op (forward and backward side by side).
+// framework/src/ops_flash_attention.cpp — F::flash_attention and F::flash_attention_packed: the
+// fused attention kernel as differentiable ops (forward and backward side by side).
 //
-// Invariants: saves q, k, v (contiguous, compute dtype), the output and the per-row
-// log-sum-exp — O(T) memory, never the (T, S) weights; masks are passed as views that
-// broadcast to (B, H, T, S) without materialising them; dropout keeps only its Philox
-// (seed, offset), and the composed path with the same seed draws the same mask.
+// Invariants: operands are passed to the kernel as strided views (only the feature dim must
+// be contiguous), so head splits and merges never copy; the output is allocated as
+// (B, T, H, Dv) so merging heads back to (B, T, H*Dv) is free; saved for backward are q, k, v,
+// the output and the per-row log-sum-exp — O(T) memory, never the (T, S) weights; masks are
+// views that broadcast to (B, H, T, S); dropout keeps only its Philox (seed, offset), and the
+// composed path with the same seed draws the same mask. The packed op writes dq, dk, dv
+// straight into one (B, T, 3C) gradient.
 #include <cmath>
 
 #include "heed/attention.h"
@@ -27,8 +30,8 @@ struct PreparedMasks {
 
 // Validates the masks against the scores' shape as the caller sees it ((B, H, T, S), or
 // (B, T, S) for 3-D inputs) and returns them ready to broadcast to (B, H, T, S).
-PreparedMasks prepare_masks(const AttentionMask& mask, const Dims& user_scores, DType compute,
-                            Device device, const char* name) {
+PreparedMasks prepare_masks(const AttentionMask& mask, const Dims& user_scores, DType compute, Device device,
+                            const char* name) {
   PreparedMasks out;
   const bool three_d = user_scores.size() == 3;
   auto to_4d = [&](const Tensor& t) { return three_d && t.dim() == 3 ? t.unsqueeze(1) : t; };
@@ -41,8 +44,7 @@ PreparedMasks prepare_masks(const AttentionMask& mask, const Dims& user_scores, 
   if (mask.key_lengths.defined()) {
     AttentionMask lengths_only;
     lengths_only.key_lengths = mask.key_lengths;
-    attention_keep_mask(lengths_only, user_scores, device,
-                        name);  // validates shape, dtype and range
+    attention_keep_mask(lengths_only, user_scores, device, name);  // validates shape, dtype and range
     out.key_lengths = mask.key_lengths.to(kCPU).to(kInt64).contiguous();
   }
   if (mask.additive.defined()) {
@@ -54,6 +56,114 @@ PreparedMasks prepare_masks(const AttentionMask& mask, const Dims& user_scores, 
 
 kernels::StridedView optional_view(const Tensor& t, const Dims& shape) {
   return t.defined() ? detail::broadcast_view(t, shape) : kernels::StridedView{};
+}
+
+// A (B, H, L, D) operand in the compute dtype with a contiguous feature dim (no copy when it
+// already is one).
+Tensor kernel_operand(const Tensor& t, DType compute) {
+  Tensor c = t.dtype() == compute ? t.detach() : t.detach().to(compute);
+  return c.stride(-1) == 1 || c.size(-1) == 1 ? c : c.contiguous();
+}
+
+kernels::AttentionLayout layout_of(const Tensor& t4) {
+  return {t4.stride(0), t4.stride(1), t4.stride(2)};
+}
+
+// Everything the backward closure needs to re-run the kernel.
+struct FlashState {
+  kernels::FlashAttentionArgs args;  // geometry, scale, masks flags, dropout state
+  SavedTensor q, k, v, out, lse, keep, additive, key_lengths;
+};
+
+void bind_masks(kernels::FlashAttentionArgs& a, const PreparedMasks& m, const Dims& scores) {
+  a.key_lengths = m.key_lengths.defined() ? m.key_lengths.data_ptr<int64_t>() : nullptr;
+  a.keep = optional_view(m.keep, scores);
+  a.additive = optional_view(m.additive, scores);
+}
+
+// Runs the forward kernel on 4-D strided operands; returns the output as (B, T, H, Dv)
+// contiguous and fills `lse` (B, H, T).
+Tensor run_forward(kernels::FlashAttentionArgs& args, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const PreparedMasks& masks, Tensor* lse) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2), Dv = v.size(3);
+  Tensor out = detail::make_empty({B, T, H, Dv}, args.dtype, q.device());
+  *lse = detail::make_empty({B, H, T}, args.dtype, q.device());
+  args.q = q.raw_data();
+  args.k = k.raw_data();
+  args.v = v.raw_data();
+  args.q_layout = layout_of(q);
+  args.k_layout = layout_of(k);
+  args.v_layout = layout_of(v);
+  args.out = out.raw_data();
+  args.out_layout = {T * H * Dv, Dv, H * Dv};
+  args.lse = lse->raw_data();
+  bind_masks(args, masks, {B, H, T, S});
+  if (out.numel() > 0) {
+    if (S > 0) {
+      HEED_KERNEL(q.device(), flash_attention_forward)(args);
+    } else {
+      out.zero_();
+      lse->fill_(-INFINITY);
+    }
+  }
+  return out;
+}
+
+// Runs the backward kernel, writing gradients into the given strided (B, H, L, D) views.
+void run_backward(const FlashState& st, const Tensor& grad_out_bhtd, const Tensor& dq, const Tensor& dk,
+                  const Tensor& dv) {
+  kernels::FlashAttentionArgs a = st.args;
+  const Tensor q = st.q.get(), k = st.k.get(), v = st.v.get(), o = st.out.get(), l = st.lse.get();
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2);
+  a.q = q.raw_data();
+  a.k = k.raw_data();
+  a.v = v.raw_data();
+  a.out = o.raw_data();
+  a.lse = l.raw_data();
+  a.grad_out = grad_out_bhtd.raw_data();
+  a.grad_out_layout = layout_of(grad_out_bhtd);
+  a.grad_q = dq.raw_data();
+  a.grad_k = dk.raw_data();
+  a.grad_v = dv.raw_data();
+  a.grad_q_layout = layout_of(dq);
+  a.grad_k_layout = layout_of(dk);
+  a.grad_v_layout = layout_of(dv);
+  const PreparedMasks m{st.keep.get(), st.additive.get(), st.key_lengths.get()};
+  bind_masks(a, m, {B, H, T, S});
+  if (T > 0 && S > 0) {
+    HEED_KERNEL(q.device(), flash_attention_backward)(a);
+  } else {
+    // Nothing attends: every gradient is zero (written through the views).
+    NoGradGuard no_grad;
+    for (const Tensor* g : {&dq, &dk, &dv})
+      if (g->numel() > 0) Tensor(*g).zero_();
+  }
+}
+
+kernels::FlashAttentionArgs base_args(const char* name, DType compute, int64_t B, int64_t H, int64_t T, int64_t S,
+                                      int64_t D, int64_t Dv, const AttentionMask& mask, double dropout_p,
+                                      std::optional<double> scale, bool is_causal) {
+  HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}", dropout_p);
+  HEED_CHECK(mask.window >= -1, name, "window must be >= 0 (or -1 for none), got {}", mask.window);
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  HEED_CHECK(std::isfinite(s), name, "scale must be finite, got {}", s);
+  kernels::FlashAttentionArgs args;
+  args.dtype = compute;
+  args.batch = B;
+  args.heads = H;
+  args.queries = T;
+  args.keys = S;
+  args.head_dim = D;
+  args.value_dim = Dv;
+  args.scale = s;
+  args.causal = mask.causal || is_causal;
+  args.window = mask.window;
+  args.dropout_p = dropout_p;
+  if (dropout_p > 0.0) {
+    Generator& gen = default_generator();
+    args.dropout_state = {gen.seed(), gen.advance(static_cast<uint64_t>(B * H * T * S))};
+  }
+  return args;
 }
 
 }  // namespace
@@ -71,103 +181,44 @@ bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
 
 namespace detail_flash {
 
-Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                            const AttentionMask& mask, double dropout_p,
-                            std::optional<double> scale, bool is_causal, const char* name) {
+Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionMask& mask,
+                            double dropout_p, std::optional<double> scale, bool is_causal, const char* name) {
   for (const Tensor* t : {&q_in, &k_in, &v_in}) {
     detail::check_defined(*t, name);
     detail::check_floating(*t, name);
   }
   HEED_CHECK(flash_attention_supported(q_in, k_in, v_in), name,
-             "needs q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv) on one device with a flash "
-             "kernel; got {}, {}, {} "
+             "needs q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv) on one device with a flash kernel; got {}, {}, {} "
              "on {}",
-             shape_str(q_in.shape()), shape_str(k_in.shape()), shape_str(v_in.shape()),
-             q_in.device().str());
-  HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}",
-             dropout_p);
-  HEED_CHECK(mask.window >= -1, name, "window must be >= 0 (or -1 for none), got {}", mask.window);
-  const Tensor q = as_4d(q_in), k = as_4d(k_in), v = as_4d(v_in);
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2),
-                Dv = v.size(3);
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
-  HEED_CHECK(std::isfinite(s), name, "scale must be finite, got {}", s);
-  const DType compute =
-      detail::compute_dtype(promote_types(promote_types(q.dtype(), k.dtype()), v.dtype()));
-  const Device device = q.device();
+             shape_str(q_in.shape()), shape_str(k_in.shape()), shape_str(v_in.shape()), q_in.device().str());
+  const DType compute = detail::compute_dtype(promote_types(promote_types(q_in.dtype(), k_in.dtype()), v_in.dtype()));
+  const Tensor q = kernel_operand(as_4d(q_in), compute), k = kernel_operand(as_4d(k_in), compute),
+               v = kernel_operand(as_4d(v_in), compute);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2), Dv = v.size(3);
+  kernels::FlashAttentionArgs args = base_args(name, compute, B, H, T, S, D, Dv, mask, dropout_p, scale, is_causal);
   Dims user_scores(q_in.shape().begin(), q_in.shape().end() - 1);
   user_scores.push_back(S);
-  const PreparedMasks masks = prepare_masks(mask, user_scores, compute, device, name);
-  const Tensor qc = q.detach().to(compute).contiguous(), kc = k.detach().to(compute).contiguous(),
-               vc = v.detach().to(compute).contiguous();
-  Tensor out = detail::make_empty({B, H, T, Dv}, compute, device);
-  Tensor lse = detail::make_empty({B, H, T}, compute, device);
-
-  kernels::FlashAttentionArgs args;
-  args.dtype = compute;
-  args.batch = B;
-  args.heads = H;
-  args.queries = T;
-  args.keys = S;
-  args.head_dim = D;
-  args.value_dim = Dv;
-  args.scale = s;
-  args.causal = mask.causal || is_causal;
-  args.window = mask.window;
-  args.dropout_p = dropout_p;
-  if (dropout_p > 0.0) {
-    Generator& gen = default_generator();
-    args.dropout_state = {gen.seed(), gen.advance(static_cast<uint64_t>(B * H * T * S))};
-  }
-  auto bind_inputs = [&](kernels::FlashAttentionArgs& a, const Tensor& qq, const Tensor& kk,
-                         const Tensor& vv, const PreparedMasks& m) {
-    a.q = qq.raw_data();
-    a.k = kk.raw_data();
-    a.v = vv.raw_data();
-    a.key_lengths = m.key_lengths.defined() ? m.key_lengths.data_ptr<int64_t>() : nullptr;
-    a.keep = optional_view(m.keep, {B, H, T, S});
-    a.additive = optional_view(m.additive, {B, H, T, S});
-  };
-  bind_inputs(args, qc, kc, vc, masks);
-  args.out = out.raw_data();
-  args.lse = lse.raw_data();
-  if (out.numel() > 0 && T > 0) HEED_KERNEL(device, flash_attention_forward)(args);
-  if (out.numel() > 0 && S == 0) out.zero_();
+  const PreparedMasks masks = prepare_masks(mask, user_scores, compute, q.device(), name);
+  Tensor lse;
+  const Tensor out_bthd = run_forward(args, q, k, v, masks, &lse);  // (B,T,H,Dv)
+  Tensor out = out_bthd.permute({0, 2, 1, 3});                      // (B,H,T,Dv) view
 
   if (any_requires_grad({&q_in, &k_in, &v_in})) {
-    const bool need_q = q_in.requires_grad(), need_k = k_in.requires_grad(),
-               need_v = v_in.requires_grad();
+    const bool need_q = q_in.requires_grad(), need_k = k_in.requires_grad(), need_v = v_in.requires_grad();
     const DType dq_type = q_in.dtype(), dk_type = k_in.dtype(), dv_type = v_in.dtype();
     const Dims q_shape = q_in.shape(), k_shape = k_in.shape(), v_shape = v_in.shape();
-    SavedTensor sq(qc, name), sk(kc, name), sv(vc, name), sout(out, name), slse(lse, name);
-    SavedTensor skeep(masks.keep, name), sadd(masks.additive, name), slen(masks.key_lengths, name);
-    const kernels::FlashAttentionArgs saved_args = args;
+    auto st = std::make_shared<FlashState>(FlashState{args, SavedTensor(q, name), SavedTensor(k, name),
+                                                      SavedTensor(v, name), SavedTensor(out, name),
+                                                      SavedTensor(lse, name), SavedTensor(masks.keep, name),
+                                                      SavedTensor(masks.additive, name),
+                                                      SavedTensor(masks.key_lengths, name)});
     record_op(name, {&q_in, &k_in, &v_in}, out, [=](const Tensor& g) -> std::vector<Tensor> {
-      kernels::FlashAttentionArgs a = saved_args;
-      const Tensor qq = sq.get(), kk = sk.get(), vv = sv.get(), o = sout.get(), l = slse.get();
-      PreparedMasks m{skeep.get(), sadd.get(), slen.get()};
-      bind_inputs(a, qq, kk, vv, m);
-      const Tensor gc = g.to(compute).contiguous();
-      Tensor dq = detail::make_empty(qq.shape(), compute, qq.device());
-      Tensor dk = detail::make_empty(kk.shape(), compute, kk.device());
-      Tensor dv = detail::make_empty(vv.shape(), compute, vv.device());
-      a.out = o.raw_data();
-      a.lse = l.raw_data();
-      a.grad_out = gc.raw_data();
-      a.grad_q = dq.raw_data();
-      a.grad_k = dk.raw_data();
-      a.grad_v = dv.raw_data();
-      if (dq.numel() + dk.numel() + dv.numel() > 0) {
-        if (T > 0 && S > 0) {
-          HEED_KERNEL(qq.device(), flash_attention_backward)(a);
-        } else {
-          dq.zero_();
-          dk.zero_();
-          dv.zero_();
-        }
-      }
-      return {need_q ? dq.reshape(q_shape).to(dq_type) : Tensor(),
-              need_k ? dk.reshape(k_shape).to(dk_type) : Tensor(),
+      const Tensor gc = kernel_operand(g, compute);
+      Tensor dq = detail::make_empty({B, H, T, D}, compute, g.device());
+      Tensor dk = detail::make_empty({B, H, S, D}, compute, g.device());
+      Tensor dv = detail::make_empty({B, H, S, Dv}, compute, g.device());
+      run_backward(*st, gc, dq, dk, dv);
+      return {need_q ? dq.reshape(q_shape).to(dq_type) : Tensor(), need_k ? dk.reshape(k_shape).to(dk_type) : Tensor(),
               need_v ? dv.reshape(v_shape).to(dv_type) : Tensor()};
     });
   }
@@ -177,10 +228,54 @@ Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor
 
 }  // namespace detail_flash
 
-Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-                       double dropout_p, std::optional<double> scale, bool is_causal) {
-  return detail_flash::flash_attention_impl(q, k, v, mask, dropout_p, scale, is_causal,
-                                            "flash_attention");
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double dropout_p,
+                       std::optional<double> scale, bool is_causal) {
+  return detail_flash::flash_attention_impl(q, k, v, mask, dropout_p, scale, is_causal, "flash_attention");
+}
+
+Tensor flash_attention_packed(const Tensor& qkv_in, int64_t heads, const AttentionMask& mask, double dropout_p,
+                              std::optional<double> scale) {
+  const char* name = "flash_attention_packed";
+  detail::check_defined(qkv_in, name);
+  detail::check_floating(qkv_in, name);
+  HEED_CHECK(qkv_in.dim() == 3 && heads > 0 && qkv_in.size(2) % (3 * heads) == 0, name,
+             "expects packed projections (B, T, 3 * heads * d_head) with heads = {}, got shape {}", heads,
+             shape_str(qkv_in.shape()));
+  HEED_CHECK(kernels::kernel_table(qkv_in.device().type).flash_attention_forward, name,
+             "device {} has no flash attention kernel", qkv_in.device().str());
+  const DType compute = detail::compute_dtype(qkv_in.dtype());
+  Tensor qkv = qkv_in.dtype() == compute ? qkv_in.detach() : qkv_in.detach().to(compute);
+  if (qkv.stride(2) != 1) qkv = qkv.contiguous();
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = heads, dh = C / H;
+  // (B, T, C) slices seen as (B, H, T, dh) without copying.
+  auto head_view = [&](int64_t part) {
+    return qkv.narrow(2, part * C, C).view({B, T, H, dh}).permute({0, 2, 1, 3});
+  };
+  const Tensor q = head_view(0), k = head_view(1), v = head_view(2);
+  kernels::FlashAttentionArgs args = base_args(name, compute, B, H, T, T, dh, dh, mask, dropout_p, scale, false);
+  const PreparedMasks masks = prepare_masks(mask, {B, H, T, T}, compute, qkv.device(), name);
+  Tensor lse;
+  const Tensor out_bthd = run_forward(args, q, k, v, masks, &lse);  // (B,T,H,dh)
+  Tensor out = out_bthd.view({B, T, C});
+  if (any_requires_grad({&qkv_in})) {
+    const DType in_dtype = qkv_in.dtype();
+    auto st = std::make_shared<FlashState>(FlashState{
+        args, SavedTensor(q, name), SavedTensor(k, name), SavedTensor(v, name), SavedTensor(out_bthd.permute({0, 2, 1, 3}), name),
+        SavedTensor(lse, name), SavedTensor(masks.keep, name), SavedTensor(masks.additive, name),
+        SavedTensor(masks.key_lengths, name)});
+    record_op(name, {&qkv_in}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+      // g (B,T,C) as (B,H,T,dh); the three gradients land in one (B,T,3C) tensor.
+      Tensor gc = kernel_operand(g, compute);
+      const Tensor g4 = gc.view({B, T, H, dh}).permute({0, 2, 1, 3});
+      Tensor dqkv = detail::make_empty({B, T, 3 * C}, compute, g.device());
+      auto grad_view = [&](int64_t part) {
+        return dqkv.narrow(2, part * C, C).view({B, T, H, dh}).permute({0, 2, 1, 3});
+      };
+      run_backward(*st, g4, grad_view(0), grad_view(1), grad_view(2));
+      return {dqkv.dtype() == in_dtype ? dqkv : dqkv.to(in_dtype)};
+    });
+  }
+  return out.dtype() == qkv_in.dtype() ? out : out.to(qkv_in.dtype());
 }
 
 }  // namespace heed::F

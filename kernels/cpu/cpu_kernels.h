@@ -48,5 +48,6 @@ void flash_attention_forward(const FlashAttentionArgs& args);
 void flash_attention_backward(const FlashAttentionArgs& args);
 void layer_norm_backward(DType dtype, const void* x, const void* weight, const void* mean, const void* rstd,
                          const void* dy, int64_t rows, int64_t cols, void* dx, void* dweight, void* dbias);
+double global_norm(const NormInput* inputs, int count, double norm_type);  // clip_norm.cpp
 
 }  // namespace heed::kernels::cpu

@@ -46,10 +46,22 @@ struct Problem {
   const FlashAttentionArgs& a;
   int64_t B, H, T_, S, D, Dv, shift;  // shift = S - T: query i sits at key position i + shift
   bool has_keep, has_additive;
+  AttentionLayout q, k, v, o, go, gq, gk, gv;
   explicit Problem(const FlashAttentionArgs& args)
       : a(args), B(args.batch), H(args.heads), T_(args.queries), S(args.keys), D(args.head_dim),
         Dv(args.value_dim), shift(args.keys - args.queries), has_keep(args.keep.data != nullptr),
-        has_additive(args.additive.data != nullptr) {}
+        has_additive(args.additive.data != nullptr), q(resolve(args.q_layout, T_, D)), k(resolve(args.k_layout, S, D)),
+        v(resolve(args.v_layout, S, Dv)), o(resolve(args.out_layout, T_, Dv)), go(resolve(args.grad_out_layout, T_, Dv)),
+        gq(resolve(args.grad_q_layout, T_, D)), gk(resolve(args.grad_k_layout, S, D)),
+        gv(resolve(args.grad_v_layout, S, Dv)) {}
+
+  AttentionLayout resolve(const AttentionLayout& l, int64_t len, int64_t dim) const {
+    if (l.batch == 0 && l.head == 0 && l.seq == 0) return {H * len * dim, len * dim, dim};
+    return l;
+  }
+  static int64_t at(const AttentionLayout& l, int64_t b, int64_t h, int64_t i) {
+    return b * l.batch + h * l.head + i * l.seq;
+  }
 
   int64_t key_limit(int64_t b) const { return a.key_lengths ? std::min(S, a.key_lengths[b]) : S; }
 
@@ -126,9 +138,9 @@ void forward_typed(const FlashAttentionArgs& args) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / q_blocks, qb = task % q_blocks, b = bh / pr.H, h = bh % pr.H;
       const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ), rows = i1 - i0;
-      const T* q = Q + (bh * pr.T_ + i0) * pr.D;
-      const T* k = K + bh * pr.S * pr.D;
-      const T* v = V + bh * pr.S * pr.Dv;
+      const T* q = Q + Problem<T>::at(pr.q, b, h, i0);
+      const T* k = K + Problem<T>::at(pr.k, b, h, 0);
+      const T* v = V + Problem<T>::at(pr.v, b, h, 0);
       std::fill(acc.begin(), acc.begin() + rows * pr.Dv, T(0));
       std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
       std::fill(l.begin(), l.end(), T(0));
@@ -136,7 +148,8 @@ void forward_typed(const FlashAttentionArgs& args) {
       pr.key_range(b, i0, i1, &lo, &hi);
       for (int64_t j0 = lo - lo % kBlockK; j0 < hi; j0 += kBlockK) {
         const int64_t j1 = std::min(hi, j0 + kBlockK), cols = j1 - j0;
-        gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.D, k + j0 * pr.D, pr.D, T(0), s_tile.data(), kBlockK);
+        gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.q.seq, k + j0 * pr.k.seq, pr.k.seq, T(0), s_tile.data(),
+                kBlockK);
         if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
         for (int64_t r = 0; r < rows; ++r) {
           T* srow = s_tile.data() + r * kBlockK;
@@ -164,10 +177,10 @@ void forward_typed(const FlashAttentionArgs& args) {
           pr.dropout_tile(p_drop.data(), kBlockK, b, h, i0, i1, j0, j1);
           p = p_drop.data();
         }
-        gemm<T>(false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.Dv, pr.Dv, T(1), acc.data(), pr.Dv);
+        gemm<T>(false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1), acc.data(), pr.Dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
-        T* orow = O + (bh * pr.T_ + i0 + r) * pr.Dv;
+        T* orow = O + Problem<T>::at(pr.o, b, h, i0 + r);
         const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
         for (int64_t c = 0; c < pr.Dv; ++c) orow[c] = acc[static_cast<size_t>(r * pr.Dv + c)] * inv;
         LSE[bh * pr.T_ + i0 + r] = l[r] > T(0) ? m[r] + std::log(l[r]) : -std::numeric_limits<T>::infinity();
@@ -198,12 +211,12 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   const int64_t b = bh / pr.H, h = bh % pr.H, rows = i1 - i0, cols = j1 - j0;
   const T scale = static_cast<T>(pr.a.scale);
   const bool dropout = pr.a.dropout_p > 0.0;
-  const T* q = t.Q + (bh * pr.T_ + i0) * pr.D;
-  const T* k = t.K + (bh * pr.S + j0) * pr.D;
-  const T* v = t.V + (bh * pr.S + j0) * pr.Dv;
-  const T* dout = t.dO + (bh * pr.T_ + i0) * pr.Dv;
+  const T* q = t.Q + Problem<T>::at(pr.q, b, h, i0);
+  const T* k = t.K + Problem<T>::at(pr.k, b, h, j0);
+  const T* v = t.V + Problem<T>::at(pr.v, b, h, j0);
+  const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
   // P = exp(scale q k^T (+ masks) - lse)
-  gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.D, k, pr.D, T(0), s.p.data(), kBlockK);
+  gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.q.seq, k, pr.k.seq, T(0), s.p.data(), kBlockK);
   if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (int64_t r = 0; r < rows; ++r) {
     T* prow = s.p.data() + r * kBlockK;
@@ -220,9 +233,9 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     pr.dropout_tile(s.pd.data(), kBlockK, b, h, i0, i1, j0, j1);
     p_used = s.pd.data();
   }
-  if (dv) gemm<T>(true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.Dv, T(1), dv, pr.Dv);
+  if (dv) gemm<T>(true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.go.seq, T(1), dv, pr.gv.seq);
   // dP = dO v^T (times the dropout mask), dS = P (dP - delta)
-  gemm<T>(false, true, rows, cols, pr.Dv, T(1), dout, pr.Dv, v, pr.Dv, T(0), s.dp.data(), kBlockK);
+  gemm<T>(false, true, rows, cols, pr.Dv, T(1), dout, pr.go.seq, v, pr.v.seq, T(0), s.dp.data(), kBlockK);
   if (dropout) pr.dropout_tile(s.dp.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (int64_t r = 0; r < rows; ++r) {
     const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
@@ -230,8 +243,8 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     const T* prow = s.p.data() + r * kBlockK;
     for (int64_t c = 0; c < cols; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
   }
-  if (dq) gemm<T>(false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.D, T(1), dq, pr.D);
-  if (dk) gemm<T>(true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.D, T(1), dk, pr.D);
+  if (dq) gemm<T>(false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.k.seq, T(1), dq, pr.gq.seq);
+  if (dk) gemm<T>(true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.q.seq, T(1), dk, pr.gk.seq);
 }
 
 template <typename T>
@@ -246,16 +259,27 @@ void backward_typed(const FlashAttentionArgs& args) {
   t.delta.resize(static_cast<size_t>(BH * pr.T_));
   parallel_for(BH * pr.T_, 256, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
-      const T* o = t.O + row * pr.Dv;
-      const T* g = t.dO + row * pr.Dv;
+      const int64_t bh = row / pr.T_, i = row % pr.T_;
+      const T* o = t.O + Problem<T>::at(pr.o, bh / pr.H, bh % pr.H, i);
+      const T* g = t.dO + Problem<T>::at(pr.go, bh / pr.H, bh % pr.H, i);
       T sum = 0;
       for (int64_t c = 0; c < pr.Dv; ++c) sum += o[c] * g[c];
       t.delta[static_cast<size_t>(row)] = sum;
     }
   });
-  std::fill(t.dQ, t.dQ + BH * pr.T_ * pr.D, T(0));
-  std::fill(t.dK, t.dK + BH * pr.S * pr.D, T(0));
-  std::fill(t.dV, t.dV + BH * pr.S * pr.Dv, T(0));
+  // Zero the gradient rows (the buffers may be strided views of a larger tensor).
+  auto zero_rows = [&](T* base, const AttentionLayout& l, int64_t len, int64_t dim) {
+    parallel_for(BH * len, 1024, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t bh = row / len;
+        T* p = base + Problem<T>::at(l, bh / pr.H, bh % pr.H, row % len);
+        std::fill(p, p + dim, T(0));
+      }
+    });
+  };
+  zero_rows(t.dQ, pr.gq, pr.T_, pr.D);
+  zero_rows(t.dK, pr.gk, pr.S, pr.D);
+  zero_rows(t.dV, pr.gv, pr.S, pr.Dv);
   const int64_t q_blocks = (pr.T_ + kBlockQ - 1) / kBlockQ, k_blocks = (pr.S + kBlockK - 1) / kBlockK;
 
   // Query blocks that can see key block kb, and key blocks a query block can see.
@@ -278,8 +302,9 @@ void backward_typed(const FlashAttentionArgs& args) {
           for (int64_t qb = 0; qb < q_blocks; ++qb) {
             if (!visits(b, qb, kb)) continue;
             const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
-            backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + (bh * pr.T_ + i0) * pr.D, t.dK + (bh * pr.S + j0) * pr.D,
-                          t.dV + (bh * pr.S + j0) * pr.Dv, scratch);
+            backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0),
+                          t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0), t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0),
+                          scratch);
           }
         }
       }
@@ -295,8 +320,8 @@ void backward_typed(const FlashAttentionArgs& args) {
       for (int64_t qb = 0; qb < q_blocks; ++qb) {
         if (!visits(b, qb, kb)) continue;
         const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
-        backward_tile(pr, t, bh, i0, i1, j0, j1, static_cast<T*>(nullptr), t.dK + (bh * pr.S + j0) * pr.D,
-                      t.dV + (bh * pr.S + j0) * pr.Dv, scratch);
+        backward_tile(pr, t, bh, i0, i1, j0, j1, static_cast<T*>(nullptr), t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0),
+                      t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0), scratch);
       }
     }
   });
@@ -308,7 +333,7 @@ void backward_typed(const FlashAttentionArgs& args) {
       for (int64_t kb = 0; kb < k_blocks; ++kb) {
         if (!visits(b, qb, kb)) continue;
         const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
-        backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + (bh * pr.T_ + i0) * pr.D, static_cast<T*>(nullptr),
+        backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0), static_cast<T*>(nullptr),
                       static_cast<T*>(nullptr), scratch);
       }
     }

@@ -126,6 +126,15 @@ std::vector<double> AttentionScaling::effective_scale() const {
   return out;
 }
 
+std::optional<double> AttentionScaling::constant_scale() const {
+  switch (mode_) {
+    case AttentionScale::SqrtDk: return 1.0 / std::sqrt(static_cast<double>(d_k_));
+    case AttentionScale::None: return 1.0;
+    case AttentionScale::Fixed: return fixed_scale_;
+    default: return std::nullopt;
+  }
+}
+
 void KVCache::reorder(const Tensor& indices) {
   if (!k.defined()) return;
   k = index_select(k, 0, indices);
@@ -345,6 +354,19 @@ F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor
   Tensor q, k, v;
   const bool self_fused = options_.layout == ProjectionLayout::FusedQKV && !options_.shared_kv &&
                           query.is_same(key) && key.is_same(value) && !(cache && cache->is_static);
+  // Self-attention with the fused projection, a constant scale and nothing recorded: the
+  // packed flash kernel reads q, k, v straight out of the (B,T,3C) projection and returns the
+  // merged heads, with no copies in either direction.
+  const std::optional<double> constant_scale = scaling->constant_scale();
+  if (self_fused && !cache && !need_weights && !record_weights_ && constant_scale &&
+      F::flash_attention_supported(query, query, query)) {
+    F::AttentionMask full_mask = mask;
+    if (options_.window >= 0) full_mask.window = options_.window;
+    const double p = is_training() ? options_.dropout : 0.0;
+    const Tensor merged = F::flash_attention_packed(qkv_proj->forward(query), options_.heads, full_mask, p,
+                                                    *constant_scale);  // (B,T,C)
+    return {out_proj->forward(merged), Tensor()};
+  }
   if (self_fused) {
     // One (B,T,3C) projection split three ways.
     std::vector<Tensor> parts = qkv_proj->forward(query).split(C, 2);

@@ -21,10 +21,10 @@ namespace heed::F {
 struct AttentionMask {
   bool causal = false;  // query i may attend key j only when j <= i + (S - T)
   int64_t window = -1;  // >= 0: local attention, |i + (S - T) - j| <= window
-  Tensor key_lengths;   // int64 (B): keys at positions >= length are padding
-  Tensor key_padding;   // bool (B, S): true marks a padding key (PyTorch's key_padding_mask)
-  Tensor keep;  // bool, broadcastable to (..., T, S): true = may attend (PyTorch SDPA attn_mask)
-  Tensor additive;  // float, broadcastable to (..., T, S): added to the scores
+  Tensor key_lengths{};   // int64 (B): keys at positions >= length are padding
+  Tensor key_padding{};   // bool (B, S): true marks a padding key (PyTorch's key_padding_mask)
+  Tensor keep{};  // bool, broadcastable to (..., T, S): true = may attend (PyTorch SDPA attn_mask)
+  Tensor additive{};  // float, broadcastable to (..., T, S): added to the scores
   bool restricts() const {
     return causal || window >= 0 || key_lengths.defined() || key_padding.defined() ||
            keep.defined();
@@ -66,6 +66,11 @@ AttentionResult scaled_dot_product_attention_with_weights(
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionMask& mask = {}, double dropout_p = 0.0,
                        std::optional<double> scale = std::nullopt, bool is_causal = false);
+// Self-attention straight from packed projections qkv (B, T, 3C) = [q | k | v] with `heads`
+// heads of d_head = C / heads: returns the merged heads (B, T, C). No head split or merge is
+// ever copied, and backward writes dq, dk, dv into one (B, T, 3C) gradient.
+Tensor flash_attention_packed(const Tensor& qkv, int64_t heads, const AttentionMask& mask = {}, double dropout_p = 0.0,
+                              std::optional<double> scale = std::nullopt);
 // Whether flash_attention can run these inputs (device kernel present, matching (B, H)).
 bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 

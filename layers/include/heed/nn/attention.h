@@ -49,6 +49,8 @@ class AttentionScaling : public Module {
   // The scale that multiplies q.k for each head right now (for diagnostics: a Cosine mode
   // reports tau, whose effective scale also depends on the norms of q and k).
   std::vector<double> effective_scale() const;
+  // The scale when it is a constant (sqrt_dk, none, fixed), or nullopt for learned modes.
+  std::optional<double> constant_scale() const;
   AttentionScale mode() const { return mode_; }
   Tensor alpha, beta, tau;  // the learnable parameters of the active mode, shape (H)
 
