@@ -7,7 +7,8 @@
 // betas (0.9, 0.99), weight decay 0.1, clip 1.0). Train/validation: first 90% / last 10%.
 // Reports the validation loss (mean over 200 batches, as the PyTorch reference does), the
 // training wall time, samples (temperature, top-k, KV cache), a metrics log, SVG pictures,
-// and keeps checkpoints that --resume continues exactly.
+// and keeps checkpoints that --resume continues exactly. --amp fp16|bf16 trains under
+// amp::Autocast (fp16 with a GradScaler whose state the checkpoint keeps).
 #include <heed/heed.h>
 
 #include "dataset.h"
@@ -18,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -108,8 +110,11 @@ std::string sample(const nn::TransformerLM& model, const Dataset& d, const std::
 int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   const Device device = parse_device(o.device);
-  HEED_CHECK(o.amp == "none", "charlm",
-             "--amp {} needs the mixed-precision support (amp::Autocast) that this build does not have yet", o.amp);
+  // --amp fp16|bf16: forward and loss under amp::Autocast (float32 master weights); fp16 with
+  // dynamic loss scaling, bf16 (float32's exponent range) without. Evaluation runs in float32.
+  const std::optional<DType> amp_dtype =
+      o.amp == "fp16" ? std::optional<DType>(kFloat16) : o.amp == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt;
+  amp::GradScaler scaler({.enabled = amp_dtype == kFloat16});
   HEED_CHECK(o.d_model % o.heads == 0, "charlm", "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   HEED_CHECK(o.warmup <= o.iters, "charlm", "--warmup {} exceeds --iters {}", o.warmup, o.iters);
   std::filesystem::create_directories(o.out_dir);
@@ -169,6 +174,13 @@ int run(const Options& o) {
                "{} was trained with a different configuration or data; pass the same flags to resume", checkpoint);
     start = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
+    if (!o.sample_only) {
+      // The precision and the loss scaler's state, so that the continued run is exact.
+      const std::string trained_amp = history.value("amp", std::string("none"));
+      HEED_CHECK(trained_amp == o.amp, "charlm", "{} was trained with --amp {}; pass the same flag to resume", checkpoint,
+                 trained_amp);
+      if (history.contains("grad_scaler")) scaler.load_state_dict(history["grad_scaler"]);
+    }
     std::printf("loaded %s (iteration %lld)\n", checkpoint.c_str(), static_cast<long long>(start));
   }
   if (o.sample_only) {
@@ -182,18 +194,24 @@ int run(const Options& o) {
   diagnostics::AttentionMonitor monitor(model);
   double train_seconds = history["train_seconds"].get<double>();
   double loss_window = 0;
-  int64_t window = 0;
+  int64_t window = 0, skipped_steps = 0;
   for (int64_t it = start; it < o.iters; ++it) {
     const double t0 = now_seconds();
     model.train();
     const double lr = lr_at(it);
     for (auto& g : optimizer.param_groups()) g.lr = lr;
     auto [x, y] = get_batch(data.train, o.batch, o.block);
-    Tensor loss = F::cross_entropy(model.forward(x.to(device)), y.to(device));
+    Tensor loss;
+    {
+      amp::Autocast autocast(amp_dtype);  // no-op without --amp
+      loss = F::cross_entropy(model.forward(x.to(device)), y.to(device));
+    }
     optimizer.zero_grad();
-    loss.backward();
+    scaler.scale(loss).backward();  // the scaler is a pass-through unless --amp fp16
+    scaler.unscale_(optimizer);     // clip the true gradients
     const double norm = nn::clip_grad_norm_(model.parameters(), o.clip);
-    optimizer.step();
+    if (!scaler.step(optimizer)) ++skipped_steps;  // a gradient overflowed (fp16): no update
+    scaler.update();
     const double value = loss.item<double>();
     train_seconds += now_seconds() - t0;
     loss_window += value;
@@ -232,16 +250,21 @@ int run(const Options& o) {
     }
     if (done % o.checkpoint_every == 0 || done == o.iters) {
       history["train_seconds"] = train_seconds;
+      history["amp"] = o.amp;
+      history["grad_scaler"] = scaler.state_dict();
       io::save_checkpoint(checkpoint, model, &optimizer, nullptr, done, config, history);
     }
   }
   progress.finish_line();
   model.eval();
   const double final_val = estimate_loss(model, data.val, o.final_eval_batches, o.batch, o.block);
-  std::printf("training wall time %.1f s (%lld iterations, %.1f ms/iter); final validation loss %.4f (mean of %lld "
-              "batches)\n",
+  std::printf("training wall time %.1f s (%lld iterations, %.1f ms/iter, --amp %s); final validation loss %.4f "
+              "(mean of %lld batches)\n",
               train_seconds, static_cast<long long>(o.iters), 1e3 * train_seconds / std::max<double>(1, o.iters - start),
-              final_val, static_cast<long long>(o.final_eval_batches));
+              o.amp.c_str(), final_val, static_cast<long long>(o.final_eval_batches));
+  if (scaler.is_enabled())
+    std::printf("fp16 loss scaling: %lld of %lld steps skipped (overflow), final scale %g\n",
+                static_cast<long long>(skipped_steps), static_cast<long long>(o.iters - start), scaler.get_scale());
   log.write({{"final_val_loss", final_val}, {"train_seconds", train_seconds}});
   std::printf("--- sample (temperature %.2f, top-k %lld) ---\n%s%s\n---\n", o.temperature,
               static_cast<long long>(o.top_k), o.prompt.c_str(),
@@ -329,7 +352,8 @@ int main(int argc, char** argv) {
   args.add_int("seed", &o.seed, "random seed", 0, 1LL << 62);
   args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
   args.add_string("device", &o.device, "cpu or cuda");
-  args.add_string("amp", &o.amp, "mixed precision", {"none", "fp16", "bf16"});
+  args.add_string("amp", &o.amp, "mixed-precision training (fp16 with loss scaling; evaluation stays float32)",
+                  {"none", "fp16", "bf16"});
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
   switch (args.parse(argc, argv)) {
     case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;

@@ -181,7 +181,7 @@ double evaluate_loss(const nn::Transformer& model, const Task& task, const std::
 // ---- training -------------------------------------------------------------------------------
 
 Trainer::Trainer(nn::Transformer& model, const Task& task, const TrainOptions& options)
-    : model_(model), task_(task), options_(options) {
+    : model_(model), task_(task), options_(options), scaler_({.enabled = options.amp == kFloat16}) {
   // Weight matrices decay; biases, LayerNorm parameters and embeddings do not.
   optim::ParamGroup decay, no_decay;
   for (const auto& [name, p] : model.named_parameters()) {
@@ -199,14 +199,20 @@ Trainer::Trainer(nn::Transformer& model, const Task& task, const TrainOptions& o
 Trainer::StepResult Trainer::step(const std::function<void()>& after_backward) {
   model_.train();
   const Batch batch = random_batch(task_, options_.batch_size);
-  Tensor loss = batch_loss(model_, batch, options_.label_smoothing);
+  Tensor loss;
+  {
+    amp::Autocast autocast(options_.amp);  // no-op when options_.amp is std::nullopt
+    loss = batch_loss(model_, batch, options_.label_smoothing);
+  }
   optimizer_->zero_grad();
-  loss.backward();
+  scaler_.scale(loss).backward();  // a pass-through unless float16
+  scaler_.unscale_(*optimizer_);
   if (after_backward) after_backward();
   StepResult r;
   r.grad_norm = nn::clip_grad_norm_(model_.parameters(), options_.clip);
   r.lr = scheduler_->last_lr()[0];
-  optimizer_->step();
+  r.stepped = scaler_.step(*optimizer_);  // skipped when a float16 gradient overflowed
+  scaler_.update();
   scheduler_->step();
   r.loss = loss.item<double>();
   r.target_tokens = batch.target_tokens;

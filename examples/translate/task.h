@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,21 +91,28 @@ std::vector<std::vector<std::string>> translate_batch(const heed::nn::Transforme
 struct TrainOptions {
   int64_t batch_size = 64, steps = 3000, warmup = 300;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.01, label_smoothing = 0.1, clip = 1.0;
+  // Mixed precision: the forward pass and the loss run under amp::Autocast with this dtype
+  // (float32 master weights); float16 adds dynamic loss scaling. std::nullopt: float32.
+  std::optional<heed::DType> amp = std::nullopt;
 };
 
-// AdamW (decay on weight matrices only) with warmup + cosine decay and global-norm clipping.
+// AdamW (decay on weight matrices only) with warmup + cosine decay and global-norm clipping;
+// optionally mixed precision (TrainOptions::amp) with a GradScaler for float16.
 class Trainer {
  public:
   Trainer(heed::nn::Transformer& model, const Task& task, const TrainOptions& options);
   struct StepResult {
     double loss = 0, grad_norm = 0, lr = 0;
     int64_t target_tokens = 0;
+    bool stepped = true;  // false: a float16 gradient overflowed and the update was skipped
   };
   // One optimisation step on a random batch; `after_backward` (if set) runs between
-  // backward and clipping, e.g. to measure gradients.
+  // backward (gradients already unscaled) and clipping, e.g. to measure gradients.
   StepResult step(const std::function<void()>& after_backward = nullptr);
   heed::optim::AdamW& optimizer() { return *optimizer_; }
   heed::optim::WarmupCosineLR& scheduler() { return *scheduler_; }
+  // The loss scaler (disabled unless TrainOptions::amp is float16); checkpoints keep its state.
+  heed::amp::GradScaler& scaler() { return scaler_; }
 
  private:
   heed::nn::Transformer& model_;
@@ -112,6 +120,7 @@ class Trainer {
   TrainOptions options_;
   std::unique_ptr<heed::optim::AdamW> optimizer_;
   std::unique_ptr<heed::optim::WarmupCosineLR> scheduler_;
+  heed::amp::GradScaler scaler_;
 };
 
 struct EvalResult {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "task.h"
 
@@ -63,8 +64,9 @@ void attention_pictures(nn::Transformer& model, const translate::Task& task, con
 int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   const Device device = parse_device(o.device);
-  HEED_CHECK(o.amp == "none", "translate",
-             "--amp {} needs the mixed-precision support (amp::Autocast) that this build does not have yet", o.amp);
+  // --amp fp16|bf16: training under amp::Autocast (fp16 with loss scaling); evaluation in float32.
+  const std::optional<DType> amp_dtype =
+      o.amp == "fp16" ? std::optional<DType>(kFloat16) : o.amp == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt;
   HEED_CHECK(o.d_model % o.heads == 0, "translate", "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/translate.ckpt" : o.checkpoint;
@@ -107,7 +109,7 @@ int run(const Options& o) {
   translate::Trainer trainer(*model, task,
                              {.batch_size = o.batch_size, .steps = o.steps, .warmup = o.warmup, .lr = o.lr,
                               .min_lr = o.min_lr, .weight_decay = o.weight_decay,
-                              .label_smoothing = o.label_smoothing, .clip = o.clip});
+                              .label_smoothing = o.label_smoothing, .clip = o.clip, .amp = amp_dtype});
   optim::Optimizer& optimizer = trainer.optimizer();
   optim::LRScheduler& scheduler = trainer.scheduler();
   const nlohmann::json config = {{"model", mc.to_json()},
@@ -132,6 +134,11 @@ int run(const Options& o) {
                "{} was trained with a different configuration; pass the same flags to resume", checkpoint);
     start_step = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
+    // The precision and the loss scaler's state, so that the continued run is exact.
+    const std::string trained_amp = history.value("amp", std::string("none"));
+    HEED_CHECK(trained_amp == o.amp, "translate", "{} was trained with --amp {}; pass the same flag to resume",
+               checkpoint, trained_amp);
+    if (history.contains("grad_scaler")) trainer.scaler().load_state_dict(history["grad_scaler"]);
     std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(start_step));
   }
 
@@ -142,7 +149,7 @@ int run(const Options& o) {
       translate::make_batch(task.corpus.validation, {0, 1, 2, 3, 4, 5, 6, 7}, task.source, task.target);
   const double t0 = now_seconds();
   double tokens_seen = 0, loss_window = 0;
-  int64_t window_steps = 0;
+  int64_t window_steps = 0, skipped_steps = 0;
   double train_seconds = 0;
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
     const translate::Trainer::StepResult r = trainer.step();
@@ -179,12 +186,19 @@ int run(const Options& o) {
                   static_cast<long long>(step), val, fmt::format("{:.2f}", fmt::join(entropies, ", ")).c_str());
       log.write({{"step", step}, {"val_loss", val}, {"attention_entropy", entropies}});
     }
-    if (step % o.checkpoint_every == 0 || step == o.steps)
+    if (!r.stepped) ++skipped_steps;
+    if (step % o.checkpoint_every == 0 || step == o.steps) {
+      history["amp"] = o.amp;
+      history["grad_scaler"] = trainer.scaler().state_dict();
       io::save_checkpoint(checkpoint, *model, &optimizer, &scheduler, step, config, history);
+    }
   }
   progress.finish_line();
-  std::printf("training: %.1f s for %lld steps (%.0f target tokens/s)\n", train_seconds,
-              static_cast<long long>(o.steps - start_step), tokens_seen / std::max(train_seconds, 1e-9));
+  std::printf("training: %.1f s for %lld steps (%.0f target tokens/s, --amp %s)\n", train_seconds,
+              static_cast<long long>(o.steps - start_step), tokens_seen / std::max(train_seconds, 1e-9), o.amp.c_str());
+  if (trainer.scaler().is_enabled())
+    std::printf("fp16 loss scaling: %lld steps skipped (overflow), final scale %g\n",
+                static_cast<long long>(skipped_steps), trainer.scaler().get_scale());
 
   // ---- evaluate -----------------------------------------------------------------------------
   model->eval();
@@ -263,7 +277,8 @@ int main(int argc, char** argv) {
   args.add_int("seed", &o.seed, "random seed (corpus, init, batches, dropout)", 0, 1LL << 62);
   args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
   args.add_string("device", &o.device, "cpu or cuda");
-  args.add_string("amp", &o.amp, "mixed precision", {"none", "fp16", "bf16"});
+  args.add_string("amp", &o.amp, "mixed-precision training (fp16 with loss scaling; evaluation stays float32)",
+                  {"none", "fp16", "bf16"});
   args.add_int("beam", &o.beam, "beam size for evaluation and --translate", 1, 64);
   args.add_double("length-penalty", &o.length_penalty, "GNMT length penalty alpha", 0, 10);
   args.add_int("eval-every", &o.eval_every, "validation interval (steps)", 1, 10000000);

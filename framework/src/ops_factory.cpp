@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "heed/cuda.h"
 #include "heed/ops.h"
 #include "heed/random.h"
 #include "internal.h"
@@ -23,6 +24,13 @@ void check_factory(const Dims& shape, const TensorOptions& options, const char* 
   }
   HEED_CHECK(!options.requires_grad() || is_floating(options.dtype()), op,
              "only floating-point tensors can require grad (got {})", dtype_name(options.dtype()));
+  if (options.device().is_cuda()) {
+    // Probed once (the runtime call is not free); any CUDA error means "no device".
+    static const int count = cuda::device_count();
+    HEED_CHECK(options.device().index >= 0 && options.device().index < count, op,
+               "CUDA device {} is not available ({} device(s) found: {})", options.device().index, count,
+               count > 0 ? std::string("bad device index") : cuda::unavailable_reason());
+  }
 }
 
 Tensor finish(Tensor t, const TensorOptions& options) {

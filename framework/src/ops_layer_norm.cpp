@@ -2,6 +2,8 @@
 //
 // Invariants: normalizes over the last dim; saves the input, the per-row mean and 1/std
 // (compute dtype) and the weight; backward produces dx, dweight and dbias in one kernel call.
+// Under amp::Autocast it runs in float32 (16-bit inputs cast up, float32 output).
+#include "heed/amp.h"
 #include "heed/autograd.h"
 #include "heed/functional.h"
 #include "internal.h"
@@ -12,6 +14,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   const char* name = "layer_norm";
   detail::check_defined(x, name);
   detail::check_floating(x, name);
+  // Autocast normalizes in float32: 16-bit input and parameters are cast up (differentiably).
+  if (amp::autocast_enabled() &&
+      (is_half(x.dtype()) || (weight.defined() && is_half(weight.dtype())) ||
+       (bias.defined() && is_half(bias.dtype())))) [[unlikely]] {
+    return layer_norm(amp::cast_to_float32(x), amp::cast_to_float32(weight),
+                      amp::cast_to_float32(bias), eps);
+  }
   HEED_CHECK(x.dim() >= 1 && x.shape().back() > 0, name, "expects a non-empty last dim, got shape {}",
              shape_str(x.shape()));
   HEED_CHECK(eps >= 0.0, name, "eps must be non-negative, got {}", eps);

@@ -4,6 +4,9 @@
 // go to the gemm kernel as they are, with a transpose flag and leading dimension; batch
 // dims must collapse to a single stride (0 for broadcast), otherwise the operand is copied
 // once. A 2-D right operand with a batched left operand is one big gemm, (B*M,K) @ (K,N).
+// Under amp::Autocast the operands are cast to the autocast dtype first (16-bit output,
+// float32 accumulation); backward uses matmul_raw and never autocasts.
+#include "heed/amp.h"
 #include "heed/autograd.h"
 #include "heed/ops.h"
 #include "internal.h"
@@ -192,9 +195,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   HEED_CHECK(ka == kb, "matmul",
              "shapes {} and {} cannot be multiplied: expected a.size(-1) == b.size(-2) ({} vs {})",
              shape_str(a.shape()), shape_str(b.shape()), ka, kb);
-  const DType dtype = promote_types(a.dtype(), b.dtype());
-  const Tensor A = a.dtype() == dtype ? a : a.to(dtype);
-  const Tensor B = b.dtype() == dtype ? b : b.to(dtype);
+  // Autocast: float32/16-bit operands in the autocast dtype (weights through the cast cache);
+  // the gemm still accumulates in float32.
+  const bool autocast = amp::autocast_enabled();
+  const Tensor a_in = autocast ? amp::cast_to_autocast_dtype(a) : a;
+  const Tensor b_in = autocast ? amp::cast_to_autocast_dtype(b) : b;
+  const DType dtype = promote_types(a_in.dtype(), b_in.dtype());
+  const Tensor A = a_in.dtype() == dtype ? a_in : a_in.to(dtype);
+  const Tensor B = b_in.dtype() == dtype ? b_in : b_in.to(dtype);
   const Tensor a2 = A.dim() == 1 ? A.unsqueeze(0) : A;
   const Tensor b2 = B.dim() == 1 ? B.unsqueeze(1) : B;
   Tensor out = matmul_nd(a2, b2);

@@ -4,8 +4,11 @@
 // Invariants: softmax-family kernels work on contiguous rows along the last dim (another
 // dim is transposed there and back); cross_entropy saves only the per-row log-sum-exp;
 // dropout saves only its Philox (seed, offset) and regenerates the mask in backward.
+// Under amp::Autocast, linear computes in the autocast dtype and the softmax family in
+// float32 (cross_entropy always computes 16-bit logits in float32 and returns float32).
 #include <cmath>
 
+#include "heed/amp.h"
 #include "heed/autograd.h"
 #include "heed/functional.h"
 #include "heed/random.h"
@@ -19,6 +22,9 @@ namespace {
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
   detail::check_defined(x, name);
   detail::check_floating(x, name);
+  // Autocast runs the softmax family in float32: 16-bit inputs are cast up (differentiably).
+  if (amp::autocast_enabled() && is_half(x.dtype())) [[unlikely]]
+    return softmax_impl(amp::cast_to_float32(x), dim, log, name);
   if (x.dim() == 0) return softmax_impl(x.reshape({1}), 0, log, name).reshape({});
   const int d = normalize_dim(dim, x.dim(), name);
   const bool last = d == x.dim() - 1;
@@ -62,12 +68,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear",
              "input of shape {} does not match weight of shape {}: expected input.size(-1) == {}",
              shape_str(x.shape()), shape_str(weight.shape()), weight.shape()[1]);
-  Tensor out = matmul(x, weight.t());
-  if (bias.defined()) {
+  if (bias.defined())
     HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear",
                "bias must have shape [{}], got {}", weight.shape()[0], shape_str(bias.shape()));
-    out = out + bias;
+  if (amp::autocast_enabled()) [[unlikely]] {
+    // Input, weight and bias in the autocast dtype; the weight and bias (parameters) are
+    // converted once per scope through the cast cache, before the transposed view is taken.
+    const Tensor w = amp::cast_to_autocast_dtype(weight);
+    Tensor out = matmul(amp::cast_to_autocast_dtype(x), w.t());
+    return bias.defined() ? out + amp::cast_to_autocast_dtype(bias) : out;
   }
+  Tensor out = matmul(x, weight.t());
+  if (bias.defined()) out = out + bias;
   return out;
 }
 
@@ -123,7 +135,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   if (!targets.device().is_cpu()) t64 = t64.to(targets.device());
 
   const Tensor x = logits.detach().contiguous();
-  // Per-row results in the compute dtype (float32 for 16-bit logits, as autocast wants).
+  // Per-row results in the compute dtype: float32 for 16-bit logits. This is already what
+  // autocast asks of a loss (float32 arithmetic, float32 loss), so autocast needs no cast
+  // here: the kernel widens 16-bit logits itself, and their gradient is computed in float32
+  // and rounded once to the logits' dtype, as a cast's backward would do.
   const DType compute = detail::compute_dtype(x.dtype());
   Tensor row_loss = detail::make_empty({rows}, compute, x.device());
   Tensor row_lse = detail::make_empty({rows}, compute, x.device());

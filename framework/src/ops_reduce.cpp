@@ -4,11 +4,13 @@
 // Invariants: a reduction is planned as a contiguous (outer, extent, inner) block; when the
 // reduced dims are not one contiguous run, the input is permuted so they come last. Every
 // output element is reduced by one thread in a fixed order, so results do not depend on the
-// thread count.
+// thread count. Under amp::Autocast, sum/mean/var of 16-bit inputs run in float32 and return
+// float32; sum_to (the gradient helper) never autocasts.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "heed/amp.h"
 #include "heed/autograd.h"
 #include "heed/ops.h"
 #include "internal.h"
@@ -94,9 +96,14 @@ Tensor run_reduce(ReduceOp op, const ReducePlan& plan, DType out_dtype, Tensor* 
 
 DType sum_dtype(DType t) { return (t == kBool || is_integral(t)) ? kInt64 : t; }
 
-}  // namespace
+// Under autocast, reductions of 16-bit inputs run in (and return) float32.
+bool autocast_to_float32(const Tensor& x) {
+  return amp::autocast_enabled() && x.defined() && is_half(x.dtype());
+}
 
-Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+// sum and mean without autocast: gradient helpers (sum_to, var's backward) keep dtypes even
+// when backward runs inside an autocast scope.
+Tensor sum_impl(const Tensor& x, const Dims& dims, bool keepdim) {
   ReducePlan plan = plan_reduction(x, dims, "sum");
   Tensor out = run_reduce(ReduceOp::Sum, plan, sum_dtype(x.dtype()), nullptr, "sum");
   if (keepdim) out = out.view(plan.keep_shape);
@@ -109,15 +116,29 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   return out;
 }
 
-Tensor sum(const Tensor& x) { return sum(x, {}, false); }
-
-Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+Tensor mean_impl(const Tensor& x, const Dims& dims, bool keepdim) {
   detail::check_defined(x, "mean");
   const Tensor xf = is_floating(x.dtype()) ? x : x.to(kFloat32);
   ReducePlan plan = plan_reduction(xf, dims, "mean");
   const int64_t count = plan.extent;
-  Tensor total = sum(xf, dims, keepdim);
+  Tensor total = sum_impl(xf, dims, keepdim);
   return mul_scalar(total, count == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / count);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+  if (autocast_to_float32(x)) [[unlikely]]
+    return sum_impl(amp::cast_to_float32(x), dims, keepdim);
+  return sum_impl(x, dims, keepdim);
+}
+
+Tensor sum(const Tensor& x) { return sum(x, {}, false); }
+
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  if (autocast_to_float32(x)) [[unlikely]]
+    return mean_impl(amp::cast_to_float32(x), dims, keepdim);
+  return mean_impl(x, dims, keepdim);
 }
 
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
@@ -125,6 +146,8 @@ Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction) {
   detail::check_defined(x, "var");
   detail::check_floating(x, "var");
+  if (autocast_to_float32(x)) [[unlikely]]
+    return var(amp::cast_to_float32(x), dims, keepdim, correction);
   ReducePlan plan = plan_reduction(x, dims, "var");
   Tensor out = detail::make_empty(plan.out_shape, x.dtype(), x.device());
   if (out.numel() > 0)
@@ -139,7 +162,7 @@ Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction) {
     record_op("var", {&x}, out, [sx, keep_shape, reduce_dims, denom](const Tensor& g) -> std::vector<Tensor> {
       // d var / dx_i = 2 (x_i - mean) / (N - correction)
       Tensor x = sx.get();
-      Tensor centered = x - mean(x, reduce_dims, true);
+      Tensor centered = x - mean_impl(x, reduce_dims, true);
       return {g.reshape(keep_shape) * centered * (2.0 / denom)};
     });
   }
@@ -263,7 +286,7 @@ Tensor sum_to(const Tensor& x, const Dims& shape) {
     }
   }
   if (dims.empty()) return x.reshape(shape);
-  return sum(x, dims, true).reshape(shape);
+  return sum_impl(x, dims, true).reshape(shape);
 }
 
 }  // namespace heed

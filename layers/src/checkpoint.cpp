@@ -15,7 +15,7 @@ nlohmann::json parse_metadata_json(const SafetensorsFile& file, const std::strin
   auto it = file.metadata.find(key);
   if (it == file.metadata.end()) return nullptr;
   try {
-    return nlohmann::json::parse(it->second);
+    return parse_json(it->second, path);  // depth-limited: a hostile value cannot blow the stack
   } catch (const std::exception& e) {
     fail("load_checkpoint", "{}: metadata '{}' is not valid JSON ({})", path, key, e.what());
   }
@@ -79,10 +79,11 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
                     {"extra", extra.dump()}});
 }
 
-RestoredCheckpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer,
-                                   optim::LRScheduler* scheduler) {
+namespace {
+
+RestoredCheckpoint restore_checkpoint(const SafetensorsFile& file, const std::string& path, nn::Module& model,
+                                      optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
   const char* op = "load_checkpoint";
-  const SafetensorsFile file = load_safetensors(path);
   expect_format(file, path, kCheckpointFormat, op);
   RestoredCheckpoint out;
   {
@@ -125,6 +126,19 @@ RestoredCheckpoint load_checkpoint(const std::string& path, nn::Module& model, o
   out.config = parse_metadata_json(file, "config", path);
   out.extra = parse_metadata_json(file, "extra", path);
   return out;
+}
+
+}  // namespace
+
+RestoredCheckpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer,
+                                   optim::LRScheduler* scheduler) {
+  return restore_checkpoint(load_safetensors(path), path, model, optimizer, scheduler);
+}
+
+RestoredCheckpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& name_for_errors,
+                                    nn::Module& model, optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
+  return restore_checkpoint(parse_safetensors(data, size, name_for_errors), name_for_errors, model, optimizer,
+                            scheduler);
 }
 
 }  // namespace heed::io

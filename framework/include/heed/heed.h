@@ -1,6 +1,7 @@
 // heed/heed.h — the umbrella header: everything a training program needs.
 #pragma once
 
+#include "heed/amp.h"          // IWYU pragma: export
 #include "heed/attention.h"    // IWYU pragma: export
 #include "heed/autograd.h"    // IWYU pragma: export
 #include "heed/checkpoint.h"  // IWYU pragma: export

@@ -10,6 +10,7 @@
 // run bit-identical to an uninterrupted one on the CPU.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -40,5 +41,10 @@ struct RestoredCheckpoint {
 // scheduler may be null to restore only the model.
 RestoredCheckpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr,
                                    optim::LRScheduler* scheduler = nullptr);
+// What load_checkpoint does after reading the file: restores from checkpoint bytes held in
+// memory (any bytes: malformed input is a heed::Error naming `name_for_errors`, never a crash).
+RestoredCheckpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& name_for_errors,
+                                    nn::Module& model, optim::Optimizer* optimizer = nullptr,
+                                    optim::LRScheduler* scheduler = nullptr);
 
 }  // namespace heed::io

@@ -1,0 +1,297 @@
+// framework/src/amp.cpp — autocast state, the per-scope cast cache, and GradScaler (see amp.h).
+//
+// Invariants: all autocast state (enabled flag, dtype, scope depth, cast cache, counters) is
+// thread-local; the cache only holds casts of float32 leaves that require grad, and an entry
+// is used only while its source is alive, unchanged (same storage, geometry and version)
+// and, when grad mode is on, still differentiable; it is emptied when the outermost scope
+// exits. GradScaler changes gradients only in place under NoGradGuard.
+#include "heed/amp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "heed/autograd.h"
+#include "heed/ops.h"
+#include "heed/optim.h"
+#include "internal.h"
+
+namespace heed::amp {
+
+namespace {
+
+struct CacheEntry {
+  std::weak_ptr<TensorImpl> source;
+  std::weak_ptr<Storage> storage;
+  uint64_t version = 0;
+  Dims shape, strides;
+  int64_t offset = 0;
+  Tensor cast;
+};
+
+struct ThreadState {
+  bool enabled = false;
+  DType dtype = kFloat16;
+  int depth = 0;  // live Autocast scopes on this thread
+  std::map<std::pair<const TensorImpl*, DType>, CacheEntry> cache;
+  int64_t conversions = 0;
+  int64_t hits = 0;
+};
+
+ThreadState& state() {
+  thread_local ThreadState s;
+  return s;
+}
+
+thread_local bool t_enabled = false;  // mirrors state().enabled for the cheap check
+
+bool entry_valid(const CacheEntry& e, const Tensor& x) {
+  if (e.source.lock() != x.impl_ptr()) return false;
+  if (e.storage.lock() != x.storage()) return false;
+  if (e.version != x.storage()->version()) return false;
+  if (e.shape != x.shape() || e.strides != x.strides() || e.offset != x.offset()) return false;
+  const std::shared_ptr<Node>& fn = e.cast.grad_fn();
+  if (fn && fn->released()) return false;        // its graph was backpropagated already
+  if (!fn && grad_mode_enabled()) return false;  // cached under no_grad: not differentiable
+  return true;
+}
+
+Tensor convert(const Tensor& x, DType dtype) {
+  ++state().conversions;
+  return x.to(dtype);
+}
+
+}  // namespace
+
+bool autocast_enabled() { return t_enabled; }
+
+std::optional<DType> autocast_dtype() {
+  if (!t_enabled) return std::nullopt;
+  return state().dtype;
+}
+
+Autocast::Autocast(std::optional<DType> dtype) {
+  HEED_CHECK(!dtype || *dtype == kFloat16 || *dtype == kBFloat16, "amp::Autocast",
+             "the autocast dtype must be float16 or bfloat16 (or std::nullopt to disable), got {}",
+             dtype_name(*dtype));
+  ThreadState& s = state();
+  previous_enabled_ = s.enabled;
+  previous_dtype_ = s.dtype;
+  s.enabled = dtype.has_value();
+  if (dtype) s.dtype = *dtype;
+  t_enabled = s.enabled;
+  ++s.depth;
+}
+
+Autocast::~Autocast() {
+  ThreadState& s = state();
+  s.enabled = previous_enabled_;
+  s.dtype = previous_dtype_;
+  t_enabled = s.enabled;
+  if (--s.depth == 0) s.cache.clear();
+}
+
+Tensor cast_to_autocast_dtype(const Tensor& x) {
+  if (!t_enabled || !x.defined()) return x;
+  const DType target = state().dtype;
+  const DType from = x.dtype();
+  if (!is_floating(from) || from == kFloat64 || from == target) return x;
+  const bool cacheable = from == kFloat32 && x.is_leaf() && x.requires_grad();
+  if (!cacheable) return convert(x, target);
+  ThreadState& s = state();
+  const auto key = std::make_pair(x.impl_ptr().get(), target);
+  auto it = s.cache.find(key);
+  if (it != s.cache.end() && entry_valid(it->second, x)) {
+    ++s.hits;
+    return it->second.cast;
+  }
+  CacheEntry e;
+  e.source = x.impl_ptr();
+  e.storage = x.storage();
+  e.version = x.storage()->version();
+  e.shape = x.shape();
+  e.strides = x.strides();
+  e.offset = x.offset();
+  e.cast = convert(x, target);
+  Tensor cast = e.cast;
+  s.cache[key] = std::move(e);
+  return cast;
+}
+
+Tensor cast_to_float32(const Tensor& x) {
+  if (!x.defined() || !is_half(x.dtype())) return x;
+  return x.to(kFloat32);
+}
+
+CastCacheStats cast_cache_stats() {
+  const ThreadState& s = state();
+  return {s.conversions, s.hits, static_cast<int64_t>(s.cache.size())};
+}
+
+void reset_cast_cache_stats() {
+  state().conversions = 0;
+  state().hits = 0;
+}
+
+void clear_cast_cache() { state().cache.clear(); }
+
+// ---- GradScaler -----------------------------------------------------------------------------
+
+namespace {
+
+void check_options(const GradScalerOptions& o, const char* op) {
+  HEED_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0.0, op,
+             "init_scale must be finite and positive, got {}", o.init_scale);
+  HEED_CHECK(std::isfinite(o.growth_factor) && o.growth_factor > 1.0, op,
+             "growth_factor must be finite and > 1, got {}", o.growth_factor);
+  HEED_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, op,
+             "backoff_factor must be in (0, 1), got {}", o.backoff_factor);
+  HEED_CHECK(o.growth_interval > 0, op, "growth_interval must be positive, got {}",
+             o.growth_interval);
+}
+
+}  // namespace
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  check_options(options_, "amp::GradScaler");
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const {
+  detail::check_defined(loss, "amp::GradScaler::scale", "loss");
+  if (!options_.enabled) return loss;
+  detail::check_floating(loss, "amp::GradScaler::scale");
+  return mul_scalar(loss, scale_);
+}
+
+void GradScaler::unscale_(optim::Optimizer& optimizer) {
+  const char* op = "amp::GradScaler::unscale_";
+  if (!options_.enabled) return;
+  PerOptimizer& st = per_optimizer_[&optimizer];
+  HEED_CHECK(!st.unscaled, op,
+             "unscale_() was already called on this optimizer since the last update()");
+  HEED_CHECK(!st.stepped, op,
+             "step() was already called on this optimizer since the last update()");
+  // Validate every gradient before changing any.
+  std::vector<Tensor> grads;
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      const Tensor& p = groups[g].params[i];
+      if (!p.defined()) continue;
+      const Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      HEED_CHECK(grad.dtype() == kFloat32 || grad.dtype() == kFloat64, op,
+                 "parameter {} of group {} (shape {}) has a {} gradient; keep float32 master "
+                 "weights (autocast casts them), 16-bit gradients cannot be unscaled safely",
+                 i, g, shape_str(p.shape()), dtype_name(grad.dtype()));
+      grads.push_back(grad);
+    }
+  }
+  NoGradGuard no_grad;
+  const double inv_scale = 1.0 / scale_;
+  // One non-finite probe per device: sum(g * 0) is NaN exactly when some element is Inf or
+  // NaN; the probes are read back once at the end, not per gradient.
+  std::vector<std::pair<Device, Tensor>> probes;
+  for (Tensor& grad : grads) {
+    grad.mul_(inv_scale);
+    const Tensor probe = sum(mul_scalar(grad, 0.0)).to(kFloat64);
+    auto it = std::find_if(probes.begin(), probes.end(),
+                           [&](const auto& p) { return p.first == grad.device(); });
+    if (it == probes.end())
+      probes.emplace_back(grad.device(), probe);
+    else
+      it->second = it->second + probe;
+  }
+  bool found = false;
+  for (const auto& [device, probe] : probes) found = found || !std::isfinite(probe.item<double>());
+  st.unscaled = true;
+  st.found_inf = found;
+}
+
+bool GradScaler::step(optim::Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    return true;
+  }
+  HEED_CHECK(!per_optimizer_[&optimizer].stepped, "amp::GradScaler::step",
+             "step() was already called on this optimizer since the last update()");
+  if (!per_optimizer_[&optimizer].unscaled) unscale_(optimizer);
+  PerOptimizer& st = per_optimizer_[&optimizer];
+  st.stepped = true;
+  if (st.found_inf) return false;
+  optimizer.step();
+  return true;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  HEED_CHECK(!per_optimizer_.empty(), "amp::GradScaler::update",
+             "no unscale_() or step() was recorded since the last update(); call step(optimizer) "
+             "first");
+  bool found = false;
+  for (const auto& [opt, st] : per_optimizer_) found = found || st.found_inf;
+  if (found) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ >= options_.growth_interval) {
+    const double grown = scale_ * options_.growth_factor;
+    if (std::isfinite(grown)) scale_ = grown;
+    growth_tracker_ = 0;
+  }
+  per_optimizer_.clear();
+}
+
+bool GradScaler::found_inf(const optim::Optimizer& optimizer) const {
+  auto it = per_optimizer_.find(&optimizer);
+  return it != per_optimizer_.end() && it->second.found_inf;
+}
+
+nlohmann::json GradScaler::state_dict() const {
+  return {{"enabled", options_.enabled},
+          {"scale", scale_},
+          {"growth_factor", options_.growth_factor},
+          {"backoff_factor", options_.backoff_factor},
+          {"growth_interval", options_.growth_interval},
+          {"growth_tracker", growth_tracker_}};
+}
+
+void GradScaler::load_state_dict(const nlohmann::json& state) {
+  const char* op = "amp::GradScaler::load_state_dict";
+  HEED_CHECK(state.is_object(), op, "expected a JSON object, got {}", state.dump());
+  for (const char* key :
+       {"enabled", "scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker"})
+    HEED_CHECK(state.contains(key), op, "the state has no \"{}\" (got {})", key, state.dump());
+  HEED_CHECK(state["enabled"].is_boolean(), op, "\"enabled\" must be a boolean, got {}",
+             state["enabled"].dump());
+  for (const char* key : {"scale", "growth_factor", "backoff_factor"})
+    HEED_CHECK(state[key].is_number(), op, "\"{}\" must be a number, got {}", key,
+               state[key].dump());
+  for (const char* key : {"growth_interval", "growth_tracker"})
+    HEED_CHECK(state[key].is_number_integer(), op, "\"{}\" must be an integer, got {}", key,
+               state[key].dump());
+  const bool enabled = state["enabled"].get<bool>();
+  HEED_CHECK(enabled == options_.enabled, op,
+             "the state comes from {} scaler but this scaler is {}",
+             enabled ? "an enabled" : "a disabled", options_.enabled ? "enabled" : "disabled");
+  GradScalerOptions o = options_;
+  o.init_scale = state["scale"].get<double>();
+  o.growth_factor = state["growth_factor"].get<double>();
+  o.backoff_factor = state["backoff_factor"].get<double>();
+  o.growth_interval = state["growth_interval"].get<int64_t>();
+  check_options(o, op);
+  const int64_t tracker = state["growth_tracker"].get<int64_t>();
+  HEED_CHECK(tracker >= 0 && tracker < o.growth_interval, op,
+             "growth_tracker must be in [0, growth_interval = {}), got {}", o.growth_interval,
+             tracker);
+  o.init_scale = options_.init_scale;  // the option stays; the current scale is restored
+  options_ = o;
+  scale_ = state["scale"].get<double>();
+  growth_tracker_ = tracker;
+  per_optimizer_.clear();
+}
+
+}  // namespace heed::amp
