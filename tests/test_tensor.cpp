@@ -481,14 +481,16 @@ TEST_CASE("in-place ops compute the right values and bump the version") {
   // Integer tensors keep their dtype: the result is converted back.
   Tensor i = tensor({1, 2, 3}, kInt32);
   i.mul_(2.0);
-  i.add_(tensor({0.5, 0.5, 0.5}, kF32));
+  i.add_(tensor({1, 1, 1}, kInt32));
   CHECK(i.dtype() == kInt32);
-  CHECK(i.to_vector<int32_t>() == std::vector<int32_t>{2, 4, 6});
-  // ... but a fractional scalar (or a division) cannot be represented: refused, not truncated.
+  CHECK(i.to_vector<int32_t>() == std::vector<int32_t>{3, 5, 7});
+  // A floating result cannot be written into it (PyTorch refuses this cast too).
+  CHECK_HEED_ERROR(i.add_(tensor({0.5, 0.5, 0.5}, kF32)), "add_");
+  // ... nor a fractional scalar (or a division): refused, not truncated.
   CHECK_HEED_ERROR(i.mul_(0.5), "mul_");
   CHECK_HEED_ERROR(i.add_(0.25), "add_");
   CHECK_HEED_ERROR(i.div_(2.0), "div_");
-  CHECK(i.to_vector<int32_t>() == std::vector<int32_t>{2, 4, 6});
+  CHECK(i.to_vector<int32_t>() == std::vector<int32_t>{3, 5, 7});
 }
 
 TEST_CASE("div_ is a true division") {
@@ -550,10 +552,10 @@ TEST_CASE("in-place ops are refused on tensors autograd tracks, allowed under No
 
 TEST_CASE("in-place misuse errors") {
   Tensor x = zeros({2, 3});
-  CHECK_HEED_ERROR(x.add_(ones({2, 2})), "add");      // shapes do not broadcast
+  CHECK_HEED_ERROR(x.add_(ones({2, 2})), "add_");     // shapes do not broadcast
   CHECK_HEED_ERROR(x.add_(ones({4, 2, 3})), "add_");  // result larger than x
   CHECK_HEED_ERROR(x.mul_(ones({3, 2, 3})), "mul_");
-  CHECK_HEED_ERROR(x.masked_fill_(ones({2, 3}), 1.0), "masked_fill");  // mask not bool
+  CHECK_HEED_ERROR(x.masked_fill_(ones({2, 3}), 1.0), "masked_fill_");  // mask not bool
   CHECK_HEED_ERROR(Tensor().fill_(1.0), "fill_");
   CHECK_HEED_ERROR(x.add_(Tensor()), "add_");
   // Writing into an expanded tensor would race on shared memory locations.

@@ -4,13 +4,15 @@
 // then runs nodes whose count reached zero (a topological order, no recursion). Gradients
 // for one node are summed in a buffer before it runs (its hooks see the total); a leaf's
 // gradients are summed over the pass, then its hooks run once and it accumulates into .grad.
-// Long graphs are also destroyed iteratively (~Node).
+// Long graphs are also destroyed iteratively (~Node). With anomaly detection on (heed/anomaly.h)
+// record_op checks each output and the engine each node's gradients, the seeds included.
 #include "heed/autograd.h"
 
 #include <atomic>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "heed/anomaly.h"
 #include "heed/ops.h"
 #include "internal.h"
 
@@ -116,6 +118,9 @@ void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor&
   }
   auto node = std::make_shared<Node>(op, std::move(edges), std::move(backward), output.shape(),
                                      output.dtype());
+  // Anomaly detection (off: one thread-local read) checks the output before it joins the tape.
+  if (anomaly_detection_enabled()) [[unlikely]]
+    detail::anomaly_check_forward(*node, inputs, output);
   TensorImpl& impl = output.impl();
   impl.grad_fn = std::move(node);
   impl.requires_grad = true;
@@ -230,6 +235,8 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
         }
       }
       grads = node->apply(grad_out, retain_graph);
+      if (anomaly_detection_enabled()) [[unlikely]]
+        detail::anomaly_check_backward(*node, grad_out, grads);
       if (g_backward_observer) g_backward_observer(*node, grad_out, grads);
     }
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -287,6 +294,8 @@ std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vecto
                "gradient of shape {} given for a tensor of shape {}", shape_str(seed.shape()),
                shape_str(root.shape()));
     detail::check_same_device(seed, root, op);
+    if (anomaly_detection_enabled()) [[unlikely]]
+      detail::anomaly_check_seed(seed, i, op);
     seeds.push_back(seed.dtype() == root.dtype() ? seed : seed.to(root.dtype()));
   }
   return seeds;

@@ -250,12 +250,32 @@ nlohmann::json load_json(const std::string& path) {
     if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
     fail("load_json", "{}", message);
   }
+  return parse_json(text, path);
+}
+
+namespace {
+struct JsonTooDeep {};
+}  // namespace
+
+nlohmann::json parse_json(std::string_view text, const std::string& name_for_errors) {
+  // nlohmann parses iteratively but copies, compares and dumps values recursively, so a
+  // hostile document nested a million levels deep would overflow the stack later on.
+  auto limit_depth = [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) -> bool {
+    if ((event == nlohmann::json::parse_event_t::object_start ||
+         event == nlohmann::json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw JsonTooDeep{};
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text.begin(), text.end(), limit_depth);
+  } catch (const JsonTooDeep&) {
+    fail("load_json", "{}: invalid JSON: objects and arrays nest deeper than {} levels", name_for_errors,
+         kMaxJsonDepth);
   } catch (const nlohmann::json::parse_error& e) {
-    fail("load_json", "{}: invalid JSON at byte {}: {}", path, e.byte, e.what());
+    fail("load_json", "{}: invalid JSON at byte {}: {}", name_for_errors, e.byte, e.what());
   } catch (const nlohmann::json::exception& e) {
-    fail("load_json", "{}: invalid JSON: {}", path, e.what());
+    fail("load_json", "{}: invalid JSON: {}", name_for_errors, e.what());
   }
 }
 

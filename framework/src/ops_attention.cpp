@@ -4,6 +4,7 @@
 // Invariants: scores are formed as (q * scale) k^T in the compute dtype (float32 for 16-bit
 // inputs); masks are combined into one boolean "may attend" tensor and applied with
 // masked_fill(-inf), so fully masked rows give zero weights through softmax's definition.
+#include <algorithm>
 #include <cmath>
 
 #include "heed/attention.h"
@@ -43,6 +44,7 @@ Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, 
   const int n = scores_shape.size();
   HEED_INTERNAL_ASSERT(n >= 2);
   const int64_t T = scores_shape[n - 2], S = scores_shape[n - 1];
+  HEED_CHECK(mask.window >= -1, name, "window must be >= 0 (or -1 for none), got {}", mask.window);
   const TensorOptions idx = TensorOptions(kInt64).device(device);
   Tensor keep;
   if (mask.causal || mask.window >= 0) {
@@ -121,6 +123,17 @@ AttentionResult scaled_dot_product_attention_with_weights(
   HEED_CHECK(k.size(-2) == v.size(-2), name,
              "k and v must have the same number of keys: shapes {} and {}", shape_str(k.shape()),
              shape_str(v.shape()));
+  // The batch dims (...) of q, k and v must broadcast together.
+  for (int back = 3; back <= std::max({q.dim(), k.dim(), v.dim()}); ++back) {
+    int64_t size = 1;
+    for (const Tensor* t : {&q, &k, &v}) {
+      const int64_t d = t->dim() >= back ? t->size(-back) : 1;
+      HEED_CHECK(d == 1 || size == 1 || d == size, name,
+                 "the batch dims of q, k and v do not broadcast together: shapes {}, {} and {}",
+                 shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+      size = std::max(size, d);
+    }
+  }
   HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}",
              dropout_p);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));

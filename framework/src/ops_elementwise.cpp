@@ -431,6 +431,10 @@ Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
 Tensor operator<(const Tensor& a, double b) { return lt(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
 Tensor operator>(const Tensor& a, double b) { return gt(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
+Tensor operator<=(const Tensor& a, double b) { return le(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
+Tensor operator>=(const Tensor& a, double b) { return ge(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
+Tensor operator==(const Tensor& a, double b) { return eq(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
+Tensor operator!=(const Tensor& a, double b) { return ne(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
 Tensor operator!(const Tensor& a) { return logical_not(a); }
 Tensor operator&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
 Tensor operator|(const Tensor& a, const Tensor& b) { return logical_or(a, b); }

@@ -19,7 +19,7 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   if (device.is_cuda()) {
     static std::string reason;
     static const int count = kernels::cuda::device_count(&reason);
-    HEED_CHECK(device.index < count, "to",
+    HEED_CHECK(device.index >= 0 && device.index < count, "to",
                "CUDA device {} is not available ({} device(s) found{}{})", device.index, count,
                reason.empty() ? "" : ": ", reason);
   }
@@ -447,10 +447,19 @@ Tensor& inplace_update(Tensor& target, const char* op, std::initializer_list<con
   detail::check_defined(target, op, "tensor");
   for (const Tensor* o : others) detail::check_defined(*o, op, "operand");
   Tensor result;
-  {
+  try {
     NoGradGuard no_grad;
     result = compute();
+  } catch (const Error& e) {
+    // Name the in-place op the user called ("heed::add_: ..."), not its out-of-place core.
+    const std::string message = e.what();
+    const size_t colon = message.find(": ");
+    fail(op, "{}", colon == std::string::npos ? message : message.substr(colon + 2));
   }
+  HEED_CHECK(is_floating(target.dtype()) || !is_floating(result.dtype()), op,
+             "cannot write a {} result into the {} tensor of shape {} in place (PyTorch refuses this "
+             "cast too); convert the tensor to a floating dtype first",
+             dtype_name(result.dtype()), dtype_name(target.dtype()), shape_str(target.shape()));
   HEED_CHECK(result.shape() == target.shape(), op,
              "the result of shape {} does not fit the tensor of shape {} (the operand must "
              "broadcast to the tensor's shape)",

@@ -113,7 +113,11 @@ void cross_entropy_forward_typed(const T* logits, const int64_t* targets, int64_
         continue;
       }
       const double xt = static_cast<double>(load(x + t));
-      const double loss = lse - (1.0 - smoothing) * xt - smoothing / static_cast<double>(classes) * sum_x;
+      // The terms are added only when their weight is nonzero: a -inf logit (a masked class)
+      // must not turn 0 * -inf into NaN.
+      double loss = lse;
+      if (smoothing < 1.0) loss -= (1.0 - smoothing) * xt;
+      if (smoothing > 0.0) loss -= smoothing / static_cast<double>(classes) * sum_x;
       row_loss[r] = static_cast<C>(loss);
     }
   });

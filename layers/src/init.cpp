@@ -26,8 +26,18 @@ std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
   return {t.shape()[1] * receptive, t.shape()[0] * receptive};
 }
 
-Tensor& uniform_(Tensor& t, double low, double high) { return write(t, uniform(t.shape(), low, high, kFloat64)); }
+// Random draws only make sense in a floating tensor (an integer one would truncate them).
+static void check_floating_target(const Tensor& t, const char* op) {
+  HEED_CHECK(t.defined() && is_floating(t.dtype()), op, "needs a defined floating-point tensor, got {} of shape {}",
+             t.defined() ? dtype_name(t.dtype()) : "an undefined tensor", t.defined() ? shape_str(t.shape()) : "[]");
+}
+
+Tensor& uniform_(Tensor& t, double low, double high) {
+  check_floating_target(t, "uniform_");
+  return write(t, uniform(t.shape(), low, high, kFloat64));
+}
 Tensor& normal_(Tensor& t, double mean, double std) {
+  check_floating_target(t, "normal_");
   HEED_CHECK(std >= 0, "normal_", "std must be non-negative, got {}", std);
   return write(t, randn(t.shape(), kFloat64) * std + mean);
 }

@@ -140,6 +140,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, t] : state) {
     HEED_CHECK(given.emplace(name, &t).second, "load_state_dict", "key '{}' appears twice", name);
+    HEED_CHECK(t.defined(), "load_state_dict", "key '{}' holds an undefined tensor", name);
   }
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> own_names;

@@ -126,9 +126,11 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
 
-// Optional per-node callback after each backward node ran (used by anomaly detection).
+// Optional per-node callback after each backward node ran (after the anomaly check, if on).
 using BackwardObserver = std::function<void(const Node& node, const Tensor& grad_output,
                                             const std::vector<Tensor>& grad_inputs)>;
 void set_backward_observer(BackwardObserver observer);
 
 }  // namespace heed
+
+#include "heed/anomaly.h"  // IWYU pragma: export (DetectAnomalyGuard works on this engine)

@@ -52,6 +52,11 @@ std::string read_file(const std::string& path);
 void save_json(const std::string& path, const nlohmann::json& value);
 // Errors name the path and, for malformed JSON, the byte position of the problem.
 nlohmann::json load_json(const std::string& path);
+// What load_json does after reading the file: parses `text` (any bytes) and raises
+// heed::Error("heed::load_json: <name_for_errors>: invalid JSON at byte N: ...") on malformed
+// input, nesting deeper than kMaxJsonDepth included (a deep document must not exhaust the stack).
+inline constexpr int kMaxJsonDepth = 512;
+nlohmann::json parse_json(std::string_view text, const std::string& name_for_errors);
 
 // ---- safetensors ----------------------------------------------------------------------------
 

@@ -223,6 +223,10 @@ Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
 Tensor operator<(const Tensor& a, double b);
 Tensor operator>(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
 Tensor operator!(const Tensor& a);                   // logical not of a bool tensor
 Tensor operator&(const Tensor& a, const Tensor& b);  // logical and of bool tensors
 Tensor operator|(const Tensor& a, const Tensor& b);  // logical or of bool tensors
