@@ -1,4 +1,4 @@
-// framework/src/cuda.cpp — CUDA availability as the user sees it.
+// framework/src/cuda.cpp — CUDA availability and switches as the user sees them.
 #include "heed/cuda.h"
 
 #include "kernels/cuda/cuda_backend.h"
@@ -6,11 +6,19 @@
 namespace heed::cuda {
 
 bool compiled_with_cuda() { return kernels::cuda::compiled(); }
+bool is_emulated() { return kernels::cuda::emulated(); }
 int device_count() { return kernels::cuda::device_count(nullptr); }
 bool is_available() { return device_count() > 0; }
 std::string unavailable_reason() {
   std::string reason;
   return kernels::cuda::device_count(&reason) > 0 ? std::string() : reason;
+}
+
+void set_allow_tf32(bool allow) { kernels::cuda::set_allow_tf32(allow); }
+bool allow_tf32() { return kernels::cuda::allow_tf32(); }
+
+void synchronize() {
+  if (is_available()) kernels::cuda::synchronize();
 }
 
 }  // namespace heed::cuda

@@ -1,30 +1,86 @@
 // kernels/cuda/cuda_backend.cu — CUDA runtime probing, the caching device allocator, host
-// transfers, and the first kernels (fill, strided copy with dtype conversion).
+// transfers, fill, strided copy with dtype conversion, and the kernel table.
 //
 // Invariants: every CUDA call is checked and a failure becomes heed::Error naming the call
 // and the runtime's message; device memory is reused by size class, so steady-state steps
-// do not call cudaMalloc/cudaFree; all work is on the default stream of device 0 for now.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
+// do not call cudaMalloc/cudaFree; all work is on the default stream of device 0, so a freed
+// block may be handed out again at once (later kernels run after earlier ones).
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_common.cuh"
 
 namespace heed::kernels::cuda {
 
-namespace {
+// ---- error checks, launch geometry ------------------------------------------------------------
 
-void check(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky error state where possible
-    throw_cuda_error(call, cudaGetErrorString(status), cudaGetErrorName(status));
-  }
+namespace {
+bool sync_after_launch() {
+  static const bool sync = [] {
+    const char* v = std::getenv("HEED_CUDA_SYNC");
+    return v && *v && *v != '0';
+  }();
+  return sync;
 }
-#define HEED_CUDA_CHECK(call) check((call), #call)
+
+int multiprocessors() {
+  static const int count = [] {
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+      cudaGetLastError();
+      value = 108;
+    }
+    return std::max(value, 1);
+  }();
+  return count;
+}
+}  // namespace
+
+void check_launch(const char* kernel) {
+  check(cudaGetLastError(), kernel);
+  if (sync_after_launch()) check(cudaDeviceSynchronize(), kernel);
+}
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw_cuda_error(call, cublasGetStatusString(status), cublasGetStatusName(status));
+}
+
+unsigned grid_for(int64_t n, int threads) {
+  const int64_t wanted = (std::max<int64_t>(n, 1) + threads - 1) / threads;
+  // Enough blocks to fill the device several times over; grid-stride loops do the rest.
+  const int64_t cap = static_cast<int64_t>(multiprocessors()) * 32;
+  return static_cast<unsigned>(std::min(wanted, cap));
+}
+
+size_t max_shared_bytes() {
+  static const size_t bytes = [] {
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess) {
+      cudaGetLastError();
+      value = 48 * 1024;
+    }
+    return static_cast<size_t>(value);
+  }();
+  return bytes;
+}
+
+void synchronize() { HEED_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}
+void set_allow_tf32(bool allow) { tf32_allowed = allow; }
+bool allow_tf32() { return tf32_allowed; }
+
+// ---- the caching allocator ------------------------------------------------------------------
+
+namespace {
 
 size_t size_class(size_t n) {
   if (n <= 4096) return n <= 512 ? 512 : (n + 511) / 512 * 512;
@@ -44,6 +100,8 @@ DeviceCache& cache() {
   return *instance;
 }
 
+}  // namespace
+
 void* allocate(size_t nbytes) {
   const size_t cls = size_class(nbytes);
   {
@@ -58,7 +116,7 @@ void* allocate(size_t nbytes) {
   }
   void* p = nullptr;
   cudaError_t status = cudaMalloc(&p, cls);
-  if (status == cudaErrorMemoryAllocation) {
+  if (status == cudaErrorMemoryAllocation) {  // give the cached blocks back and retry once
     cudaGetLastError();
     DeviceCache& c = cache();
     std::lock_guard<std::mutex> lock(c.mutex);
@@ -82,131 +140,93 @@ void copy_host(void* dst, const void* src, size_t nbytes, bool to_host) {
   HEED_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
 }
 
-// ---- element kernels ------------------------------------------------------------------------
+// ---- fill and copy ----------------------------------------------------------------------------
 
-struct Geometry {
-  int ndim;
-  int64_t shape[kMaxDims];
-  int64_t strides[kMaxDims];
-};
-
-Geometry geometry_of(const StridedView& v) {
-  Geometry g{};
-  g.ndim = v.ndim;
-  for (int i = 0; i < v.ndim; ++i) {
-    g.shape[i] = v.shape[i];
-    g.strides[i] = v.strides[i];
-  }
-  return g;
-}
-
-__device__ int64_t element_offset(const Geometry& g, int64_t linear) {
-  int64_t offset = 0;
-  for (int d = g.ndim - 1; d >= 0; --d) {
-    const int64_t coord = linear % g.shape[d];
-    linear /= g.shape[d];
-    offset += coord * g.strides[d];
-  }
-  return offset;
-}
-
-template <typename T> __device__ float to_float(T v) { return static_cast<float>(v); }
-template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
-template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ double to_double(T v) { return static_cast<double>(to_float(v)); }
-template <> __device__ double to_double<double>(double v) { return v; }
-template <> __device__ double to_double<int64_t>(int64_t v) { return static_cast<double>(v); }
-template <> __device__ double to_double<int32_t>(int32_t v) { return static_cast<double>(v); }
-template <> __device__ double to_double<bool>(bool v) { return v ? 1.0 : 0.0; }
-
-template <typename T> __device__ T from_double(double v) { return static_cast<T>(v); }
-template <> __device__ __half from_double<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
-template <> __device__ __nv_bfloat16 from_double<__nv_bfloat16>(double v) {
-  return __float2bfloat16_rn(static_cast<float>(v));
-}
-template <> __device__ bool from_double<bool>(double v) { return v != 0.0; }
-template <> __device__ int64_t from_double<int64_t>(double v) {
-  if (v != v) return 0;
-  if (v <= -9.2233720368547758e18) return INT64_MIN;
-  if (v >= 9.2233720368547758e18) return INT64_MAX;
-  return static_cast<int64_t>(v);
-}
-template <> __device__ int32_t from_double<int32_t>(double v) {
-  if (v != v) return 0;
-  if (v <= -2147483648.0) return INT32_MIN;
-  if (v >= 2147483647.0) return INT32_MAX;
-  return static_cast<int32_t>(v);
-}
+namespace {
 
 template <typename T>
-__global__ void fill_kernel(T* data, Geometry g, int64_t n, T value) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    data[element_offset(g, i)] = value;
+__global__ void fill_kernel(T* data, Geometry<1> g, int64_t n, T value) {
+  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
+    int64_t offset[1];
+    offsets_of(g, i, offset);
+    data[offset[0]] = value;
+  }
 }
 
 template <typename Dst, typename Src>
-__global__ void copy_kernel(Dst* dst, Geometry gd, const Src* src, Geometry gs, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[element_offset(gd, i)] = from_double<Dst>(to_double(src[element_offset(gs, i)]));
-}
-
-template <typename F>
-void dispatch(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Float32: f(float{}); return;
-    case DType::Float64: f(double{}); return;
-    case DType::Float16: f(__half{}); return;
-    case DType::BFloat16: f(__nv_bfloat16{}); return;
-    case DType::Int32: f(int32_t{}); return;
-    case DType::Int64: f(int64_t{}); return;
-    case DType::Bool: f(bool{}); return;
+__global__ void copy_kernel(Dst* dst, const Src* src, Geometry<2> g, int64_t n) {
+  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
+    int64_t offset[2];
+    offsets_of(g, i, offset);
+    if constexpr (std::is_same_v<Dst, Src>)
+      dst[offset[0]] = src[offset[1]];
+    else
+      store(dst + offset[0], load(src + offset[1]));
   }
 }
 
-int64_t numel_of(const StridedView& v) {
-  int64_t n = 1;
-  for (int i = 0; i < v.ndim; ++i) n *= v.shape[i];
-  return n;
-}
+// Same-size element copies move raw bits (one instantiation per element size).
+template <int kBytes> struct BitsOf;
+template <> struct BitsOf<1> { using type = uint8_t; };
+template <> struct BitsOf<2> { using type = uint16_t; };
+template <> struct BitsOf<4> { using type = uint32_t; };
+template <> struct BitsOf<8> { using type = uint64_t; };
 
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
-}
+}  // namespace
 
 void fill(const StridedView& dst, double value) {
   const int64_t n = numel_of(dst);
   if (n == 0) return;
-  dispatch(dst.dtype, [&](auto tag) {
+  const StridedView* views[1] = {&dst};
+  const Geometry<1> g = make_geometry(views);
+  dispatch_all(dst.dtype, [&](auto tag) {
     using T = decltype(tag);
-    T v;
-    if constexpr (std::is_same_v<T, __half>) v = __float2half_rn(static_cast<float>(value));
-    else if constexpr (std::is_same_v<T, __nv_bfloat16>) v = __float2bfloat16_rn(static_cast<float>(value));
-    else v = static_cast<T>(value);
-    fill_kernel<T><<<blocks_for(n), 256>>>(static_cast<T*>(dst.data), geometry_of(dst), n, v);
+    const T v = convert<T>(value);
+    using Bits = typename BitsOf<sizeof(T)>::type;
+    Bits bits;
+    static_assert(sizeof(Bits) == sizeof(T));
+    std::memcpy(&bits, &v, sizeof(T));
+    HEED_LAUNCH(grid_for(n), kThreads, 0, fill_kernel<Bits>)(static_cast<Bits*>(dst.data), g, n, bits);
   });
-  HEED_CUDA_CHECK(cudaGetLastError());
+  check_launch("fill");
 }
 
 void copy(const StridedView& dst, const StridedView& src) {
   const int64_t n = numel_of(dst);
   if (n == 0) return;
-  dispatch(dst.dtype, [&](auto dtag) {
-    dispatch(src.dtype, [&](auto stag) {
-      using D = decltype(dtag);
-      using S = decltype(stag);
-      copy_kernel<D, S><<<blocks_for(n), 256>>>(static_cast<D*>(dst.data), geometry_of(dst),
-                                                static_cast<const S*>(src.data), geometry_of(src), n);
+  const StridedView* views[2] = {&dst, &src};
+  const Geometry<2> g = make_geometry(views);
+  if (dst.dtype == src.dtype) {
+    dispatch_all(dst.dtype, [&](auto tag) {
+      using Bits = typename BitsOf<sizeof(decltype(tag))>::type;
+      HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<Bits, Bits>)(static_cast<Bits*>(dst.data),
+                                                                     static_cast<const Bits*>(src.data), g, n);
     });
-  });
-  HEED_CUDA_CHECK(cudaGetLastError());
+  } else {
+    dispatch_all(dst.dtype, [&](auto dtag) {
+      dispatch_all(src.dtype, [&](auto stag) {
+        using D = decltype(dtag);
+        using S = decltype(stag);
+        if constexpr (!std::is_same_v<D, S>)
+          HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<D, S>)(static_cast<D*>(dst.data),
+                                                                   static_cast<const S*>(src.data), g, n);
+      });
+    });
+  }
+  check_launch("copy");
 }
 
-}  // namespace
+// ---- probing and the table ------------------------------------------------------------------
 
 bool compiled() { return true; }
+
+bool emulated() {
+#if defined(HEED_CUDA_EMULATION)
+  return true;
+#else
+  return false;
+#endif
+}
 
 int device_count(std::string* reason) {
   int count = 0;
@@ -223,11 +243,9 @@ int device_count(std::string* reason) {
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
-    t.allocate = &allocate;
-    t.deallocate = &deallocate;
-    t.copy_host = &copy_host;
-    t.fill = &fill;
-    t.copy = &copy;
+#define HEED_CUDA_KERNEL(name, type) t.name = &cuda::name;
+    HEED_FOR_EACH_KERNEL(HEED_CUDA_KERNEL)
+#undef HEED_CUDA_KERNEL
     return t;
   }();
   return table;

@@ -12,11 +12,22 @@
 namespace heed::kernels::cuda {
 
 bool compiled();
+// True when the backend is the CPU emulator of kernels/cuda/emulation (a test build).
+bool emulated();
 // Number of usable devices; on 0, *reason says why (never throws).
 int device_count(std::string* reason);
 const KernelTable& kernel_table();
 // Raises heed::Error("heed::cuda: <call> failed: <message> (<name>)"); defined in a .cpp so
 // the .cu files need no formatting library.
 [[noreturn]] void throw_cuda_error(const char* call, const char* message, const char* name);
+// Raises heed::Error("heed::<op>: <message>") (host C++, for the .cu files).
+[[noreturn]] void throw_error(const char* op, const char* message);
+// Raises heed::Error "heed::<kernel>: the CUDA kernel has no <dtype> version".
+[[noreturn]] void unsupported_dtype(const char* kernel, DType dtype);
+// Whether float32 gemm may use TF32 tensor cores (off by default).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+// Blocks until every queued kernel has finished (raises heed::Error on a kernel failure).
+void synchronize();
 
 }  // namespace heed::kernels::cuda

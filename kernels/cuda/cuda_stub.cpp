@@ -1,9 +1,12 @@
 // kernels/cuda/cuda_stub.cpp — the CUDA backend when heed is built without CUDA.
+#include <atomic>
+
 #include "kernels/cuda/cuda_backend.h"
 
 namespace heed::kernels::cuda {
 
 bool compiled() { return false; }
+bool emulated() { return false; }
 
 int device_count(std::string* reason) {
   if (reason) *reason = "heed was built without CUDA (configure with nvcc available and HEED_CUDA=ON)";
@@ -14,5 +17,12 @@ const KernelTable& kernel_table() {
   static const KernelTable empty;
   return empty;
 }
+
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}
+void set_allow_tf32(bool allow) { tf32_allowed = allow; }
+bool allow_tf32() { return tf32_allowed; }
+void synchronize() {}
 
 }  // namespace heed::kernels::cuda

@@ -1,5 +1,8 @@
-// heed/cuda.h — CUDA availability. Never crashes on a machine without a GPU or driver:
-// any error from the CUDA runtime while probing means "no device".
+// heed/cuda.h — CUDA availability and the CUDA backend's switches. Never crashes on a machine
+// without a GPU or driver: any error from the CUDA runtime while probing means "no device".
+//
+// Invariants: work on kCUDA is queued on one stream (the default stream of device 0) and runs
+// asynchronously; reading a value back to the host (item(), to(kCPU), ...) waits for it.
 #pragma once
 
 #include <string>
@@ -13,5 +16,18 @@ int device_count();
 std::string unavailable_reason();
 // True when this build of heed contains the CUDA backend.
 bool compiled_with_cuda();
+// True when the CUDA backend is the CPU emulator (a test build configured with
+// -DHEED_CUDA_EMULATION=ON): every kernel runs, slowly, on the CPU.
+bool is_emulated();
+
+// Lets float32 matmuls use TF32 tensor cores (10-bit mantissa products, float32 accumulation:
+// about 1e-3 relative error instead of 1e-6). Off by default, as torch.backends.cuda.matmul
+// .allow_tf32; a process-wide switch, read at each gemm.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// Waits until every queued CUDA kernel has finished (for timing); raises heed::Error when a
+// kernel failed. A no-op without CUDA.
+void synchronize();
 
 }  // namespace heed::cuda

@@ -1,0 +1,555 @@
+// kernels/cuda/emulation/cuda_emulation.cpp — the CPU emulator of the CUDA runtime and cuBLAS
+// subset (see cuda_emulation.h for what it models and checks).
+//
+// Invariants: one kernel or copy runs at a time (a global mutex); the device arena is readable
+// only while one runs; emulated threads are ucontext fibers on private stacks, switched only
+// at __syncthreads and at thread exit; a block whose live threads cannot all reach a barrier
+// aborts with a message (a deadlock on a GPU).
+#include "kernels/cuda/emulation/cuda_emulation.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "heed/dtype.h"
+
+namespace heed_emu {
+
+namespace {
+
+[[noreturn]] void die(const char* what, const char* detail) {
+  std::fprintf(stderr, "heed CUDA emulator: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  std::abort();
+}
+
+std::recursive_mutex& big_lock() {
+  static std::recursive_mutex* mutex = new std::recursive_mutex();
+  return *mutex;
+}
+
+cudaError_t& last_error() {
+  static cudaError_t error = cudaSuccess;
+  return error;
+}
+
+cudaError_t record(cudaError_t error) {
+  if (error != cudaSuccess) last_error() = error;
+  return error;
+}
+
+long env_long(const char* name, long fallback) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  return (end && *end == 0) ? v : fallback;
+}
+
+int emulated_devices() {
+  static const int devices = static_cast<int>(env_long("HEED_CUDA_EMULATION_DEVICES", 1));
+  return devices;
+}
+int max_shared_optin() {
+  static const int bytes = static_cast<int>(env_long("HEED_CUDA_EMULATION_SMEM", 232448));
+  return bytes;
+}
+constexpr int kDefaultShared = 48 * 1024;
+constexpr int kMultiprocessors = 4;
+
+// ---- the device arena -----------------------------------------------------------------------
+
+constexpr size_t kArenaBytes = size_t{64} << 30;  // virtual reservation
+constexpr size_t kAlign = 256;
+
+struct Arena {
+  char* base = nullptr;
+  size_t used = 0;                             // bump pointer
+  size_t protected_end = 0;                    // [base, base + protected_end) has its access set
+  std::multimap<size_t, char*> free_blocks;    // size -> block
+  std::map<const char*, size_t> live;          // block -> size
+  int open = 0;                                // nesting of accessible sections
+};
+
+Arena& arena() {
+  static Arena* a = [] {
+    auto* arena = new Arena();
+    void* p = mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) die("cannot reserve the device arena", nullptr);
+    arena->base = static_cast<char*>(p);
+    return arena;
+  }();
+  return *a;
+}
+
+size_t page_round(size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+void set_access(bool accessible) {
+  Arena& a = arena();
+  const size_t end = page_round(a.used);
+  if (end == 0) return;
+  if (mprotect(a.base, end, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
+    die("mprotect of the device arena failed", std::strerror(errno));
+  a.protected_end = end;
+}
+
+// Makes device memory accessible for its lifetime (nests).
+class DeviceAccess {
+ public:
+  DeviceAccess() {
+    if (arena().open++ == 0) set_access(true);
+  }
+  ~DeviceAccess() {
+    if (--arena().open == 0) set_access(false);
+  }
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
+bool in_arena(const void* p) {
+  const Arena& a = arena();
+  const char* c = static_cast<const char*>(p);
+  return c >= a.base && c < a.base + a.used;
+}
+
+// Whether [p, p + n) lies inside one live block.
+bool valid_device_range(const void* p, size_t n) {
+  const Arena& a = arena();
+  const char* c = static_cast<const char*>(p);
+  auto it = a.live.upper_bound(c);
+  if (it == a.live.begin()) return false;
+  --it;
+  return c >= it->first && c + n <= it->first + it->second;
+}
+
+// ---- fibers ---------------------------------------------------------------------------------
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct Fiber {
+  ucontext_t context;
+  ThreadIndex index;
+  enum class State { Ready, Waiting, Done } state = State::Ready;
+};
+
+struct BlockRun {
+  std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<char[]>> stacks;
+  ucontext_t scheduler;
+  Body body = nullptr;
+  void* closure = nullptr;
+  std::vector<unsigned char> shared;
+  Fiber* running = nullptr;
+};
+
+BlockRun& block_run() {
+  static BlockRun* run = new BlockRun();
+  return *run;
+}
+
+bool in_kernel = false;
+
+void fiber_entry() {
+  BlockRun& run = block_run();
+  Fiber* self = run.running;
+  run.body(run.closure);
+  self->state = Fiber::State::Done;
+  // returning resumes uc_link (the scheduler)
+}
+
+// getcontext and swapcontext return twice; they live in functions of their own (never
+// inlined) so no local variable of the launch loops is live across them (-Wclobbered).
+[[gnu::noinline]] void start_fiber(BlockRun& run, Fiber& f, char* stack) {
+  if (getcontext(&f.context) != 0) die("getcontext failed", nullptr);
+  f.context.uc_stack.ss_sp = stack;
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = &run.scheduler;
+  makecontext(&f.context, fiber_entry, 0);
+}
+
+[[gnu::noinline]] void resume_fiber(BlockRun& run, Fiber& f) {
+  run.running = &f;
+  if (swapcontext(&run.scheduler, &f.context) != 0) die("swapcontext failed", nullptr);
+  run.running = nullptr;
+}
+
+std::map<KernelKey, int>& shared_attributes() {
+  static auto* m = new std::map<KernelKey, int>();
+  return *m;
+}
+
+}  // namespace
+
+cudaError_t set_max_dynamic_shared(KernelKey kernel, int bytes) {
+  std::lock_guard<std::recursive_mutex> lock(big_lock());
+  if (bytes < 0 || bytes > max_shared_optin()) return record(cudaErrorInvalidValue);
+  shared_attributes()[kernel] = bytes;
+  return cudaSuccess;
+}
+
+const ThreadIndex& current_thread() {
+  BlockRun& run = block_run();
+  if (!in_kernel || !run.running) die("threadIdx/blockIdx used outside a kernel", nullptr);
+  return run.running->index;
+}
+
+void sync_threads() {
+  BlockRun& run = block_run();
+  if (!in_kernel || !run.running) die("__syncthreads called outside a kernel", nullptr);
+  Fiber* self = run.running;
+  self->state = Fiber::State::Waiting;
+  if (swapcontext(&self->context, &run.scheduler) != 0) die("swapcontext failed", nullptr);
+}
+
+unsigned char* dynamic_shared_memory() {
+  BlockRun& run = block_run();
+  if (!in_kernel) die("shared memory used outside a kernel", nullptr);
+  return run.shared.data();
+}
+
+void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t shared_bytes, Body body,
+                void* closure) {
+  std::lock_guard<std::recursive_mutex> lock(big_lock());
+  if (in_kernel) die("a kernel launched from inside a kernel", name);
+  const unsigned long long threads = static_cast<unsigned long long>(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+    std::fprintf(stderr, "heed CUDA emulator: bad launch configuration of %s: grid (%u, %u, %u), block (%u, %u, %u)\n",
+                 name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+    record(cudaErrorInvalidConfiguration);
+    return;
+  }
+  int allowed = kDefaultShared;
+  auto attribute = shared_attributes().find(key);
+  if (attribute != shared_attributes().end() && attribute->second > allowed) allowed = attribute->second;
+  if (shared_bytes > static_cast<size_t>(allowed)) {
+    std::fprintf(stderr,
+                 "heed CUDA emulator: %s asks for %zu bytes of dynamic shared memory, %d allowed (set "
+                 "cudaFuncAttributeMaxDynamicSharedMemorySize)\n",
+                 name, shared_bytes, allowed);
+    record(cudaErrorInvalidValue);
+    return;
+  }
+
+  DeviceAccess access;
+  BlockRun& run = block_run();
+  run.body = body;
+  run.closure = closure;
+  run.shared.assign(shared_bytes, 0xFF);
+  run.fibers.resize(threads);
+  while (run.stacks.size() < threads) run.stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  in_kernel = true;
+  unsigned long long block_counter = 0;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx, ++block_counter) {
+        std::fill(run.shared.begin(), run.shared.end(), static_cast<unsigned char>(0xFF));
+        for (unsigned long long t = 0; t < threads; ++t) {
+          Fiber& f = run.fibers[t];
+          f.state = Fiber::State::Ready;
+          f.index.thread_idx = {static_cast<unsigned>(t % block.x), static_cast<unsigned>((t / block.x) % block.y),
+                                static_cast<unsigned>(t / (static_cast<unsigned long long>(block.x) * block.y))};
+          f.index.block_idx = {bx, by, bz};
+          f.index.block_dim = block;
+          f.index.grid_dim = grid;
+          start_fiber(run, f, run.stacks[t].get());
+        }
+        for (unsigned long long phase = 0;; ++phase) {
+          const bool backward = ((phase + block_counter) & 1) != 0;
+          for (unsigned long long i = 0; i < threads; ++i) {
+            Fiber& f = run.fibers[backward ? threads - 1 - i : i];
+            if (f.state != Fiber::State::Ready) continue;
+            resume_fiber(run, f);
+          }
+          bool any_waiting = false;
+          for (Fiber& f : run.fibers) {
+            if (f.state == Fiber::State::Ready) die("a thread neither finished nor reached a barrier", name);
+            any_waiting = any_waiting || f.state == Fiber::State::Waiting;
+          }
+          if (!any_waiting) break;
+          for (Fiber& f : run.fibers)
+            if (f.state == Fiber::State::Waiting) f.state = Fiber::State::Ready;
+        }
+      }
+  in_kernel = false;
+}
+
+}  // namespace heed_emu
+
+using heed_emu::DeviceAccess;
+
+// ---- runtime API --------------------------------------------------------------------------------
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (!count) return heed_emu::record(cudaErrorInvalidValue);
+  *count = heed_emu::emulated_devices() > 0 ? heed_emu::emulated_devices() : 0;
+  return *count > 0 ? cudaSuccess : heed_emu::record(cudaErrorNoDevice);
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (!device) return heed_emu::record(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  const cudaError_t e = heed_emu::last_error();
+  heed_emu::last_error() = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected (emulated)";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t nbytes) {
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  if (!ptr) return heed_emu::record(cudaErrorInvalidValue);
+  heed_emu::Arena& a = heed_emu::arena();
+  const size_t size = (std::max<size_t>(nbytes, 1) + heed_emu::kAlign - 1) / heed_emu::kAlign * heed_emu::kAlign;
+  char* block = nullptr;
+  auto it = a.free_blocks.lower_bound(size);
+  if (it != a.free_blocks.end() && it->first == size) {
+    block = it->second;
+    a.free_blocks.erase(it);
+  } else {
+    if (a.used + size > heed_emu::kArenaBytes) return heed_emu::record(cudaErrorMemoryAllocation);
+    block = a.base + a.used;
+    a.used += size;
+  }
+  a.live[block] = size;
+  {
+    DeviceAccess access;
+    std::memset(block, 0xFF, size);
+  }
+  *ptr = block;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  if (!ptr) return cudaSuccess;
+  heed_emu::Arena& a = heed_emu::arena();
+  auto it = a.live.find(static_cast<const char*>(ptr));
+  if (it == a.live.end()) return heed_emu::record(cudaErrorInvalidDevicePointer);
+  a.free_blocks.emplace(it->second, static_cast<char*>(ptr));
+  a.live.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t nbytes, cudaMemcpyKind kind) {
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  if (nbytes == 0) return cudaSuccess;
+  if (!dst || !src) return heed_emu::record(cudaErrorInvalidValue);
+  const bool dst_device = heed_emu::in_arena(dst), src_device = heed_emu::in_arena(src);
+  bool ok = true;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: ok = dst_device && !src_device; break;
+    case cudaMemcpyDeviceToHost: ok = !dst_device && src_device; break;
+    case cudaMemcpyDeviceToDevice: ok = dst_device && src_device; break;
+    case cudaMemcpyHostToHost: ok = !dst_device && !src_device; break;
+    case cudaMemcpyDefault: break;
+  }
+  if (ok && dst_device) ok = heed_emu::valid_device_range(dst, nbytes);
+  if (ok && src_device) ok = heed_emu::valid_device_range(src, nbytes);
+  if (!ok) {
+    std::fprintf(stderr, "heed CUDA emulator: cudaMemcpy of %zu bytes with kind %d from %s to %s memory\n", nbytes,
+                 static_cast<int>(kind), src_device ? "device" : "host", dst_device ? "device" : "host");
+    return heed_emu::record(cudaErrorInvalidValue);
+  }
+  DeviceAccess access;
+  std::memmove(dst, src, nbytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t nbytes) {
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  if (nbytes == 0) return cudaSuccess;
+  if (!heed_emu::valid_device_range(ptr, nbytes)) return heed_emu::record(cudaErrorInvalidValue);
+  DeviceAccess access;
+  std::memset(ptr, value, nbytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (!attributes) return heed_emu::record(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  const bool device = heed_emu::in_arena(ptr);
+  attributes->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  attributes->device = device ? 0 : -1;
+  attributes->devicePointer = device ? const_cast<void*>(ptr) : nullptr;
+  attributes->hostPointer = device ? nullptr : const_cast<void*>(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (!value || device != 0) return heed_emu::record(cudaErrorInvalidValue);
+  switch (attribute) {
+    case cudaDevAttrMultiProcessorCount: *value = heed_emu::kMultiprocessors; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = heed_emu::max_shared_optin(); return cudaSuccess;
+  }
+  return heed_emu::record(cudaErrorInvalidValue);
+}
+
+// ---- cuBLAS ---------------------------------------------------------------------------------------
+
+struct heed_emu_cublas_context {
+  int unused = 0;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new heed_emu_cublas_context();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+  }
+  return "unknown error";
+}
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+namespace {
+
+double read_element(const void* base, cudaDataType type, long long index) {
+  switch (type) {
+    case CUDA_R_32F: return static_cast<const float*>(base)[index];
+    case CUDA_R_64F: return static_cast<const double*>(base)[index];
+    case CUDA_R_16F: return heed::half_bits_to_float_portable(static_cast<const uint16_t*>(base)[index]);
+    case CUDA_R_16BF: return heed::bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+  }
+  return 0;
+}
+
+void write_element(void* base, cudaDataType type, long long index, double v) {
+  switch (type) {
+    case CUDA_R_32F: static_cast<float*>(base)[index] = static_cast<float>(v); return;
+    case CUDA_R_64F: static_cast<double*>(base)[index] = v; return;
+    case CUDA_R_16F:
+      static_cast<uint16_t*>(base)[index] = heed::float_to_half_bits_portable(static_cast<float>(v));
+      return;
+    case CUDA_R_16BF:
+      static_cast<uint16_t*>(base)[index] = heed::float_to_bfloat16_bits(static_cast<float>(v));
+      return;
+  }
+}
+
+// TF32: 10 explicit mantissa bits, round to nearest.
+double to_tf32(double v) {
+  uint32_t bits = heed::float_to_bits(static_cast<float>(v));
+  if ((bits & 0x7f800000u) == 0x7f800000u) return v;
+  bits = (bits + 0x1000u) & ~0x1fffu;
+  return heed::bits_to_float(bits);
+}
+
+}  // namespace
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo) {
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const auto max1 = [](int v) { return v > 1 ? v : 1; };
+  if (m < 0 || n < 0 || k < 0 || batchCount < 0 || lda < max1(transa == CUBLAS_OP_N ? m : k) ||
+      ldb < max1(transb == CUBLAS_OP_N ? k : n) || ldc < max1(m) || algo != CUBLAS_GEMM_DEFAULT) {
+    std::fprintf(stderr,
+                 "heed CUDA emulator: cublasGemmStridedBatchedEx invalid value: m %d n %d k %d lda %d ldb %d ldc %d "
+                 "transa %d transb %d batch %d\n",
+                 m, n, k, lda, ldb, ldc, transa, transb, batchCount);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (Atype != Btype || !alpha || !beta || heed_emu::in_arena(alpha) || heed_emu::in_arena(beta))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool compute64 = computeType == CUBLAS_COMPUTE_64F;
+  if (compute64 != (Atype == CUDA_R_64F) || Ctype != Atype) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
+  if ((k > 0 && (!heed_emu::in_arena(A) || !heed_emu::in_arena(B))) || !heed_emu::in_arena(C)) {
+    std::fprintf(stderr, "heed CUDA emulator: cublasGemmStridedBatchedEx with a host matrix pointer\n");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const double a_scale = compute64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  const double b_scale = compute64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  const bool tf32 = computeType == CUBLAS_COMPUTE_32F_FAST_TF32 && Atype == CUDA_R_32F;
+  DeviceAccess access;
+  for (int batch = 0; batch < batchCount; ++batch) {
+    const long long a0 = batch * strideA, b0 = batch * strideB, c0 = batch * strideC;
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double acc = 0.0;
+        for (int p = 0; p < k; ++p) {
+          double av = read_element(A, Atype, a0 + (transa == CUBLAS_OP_N ? i + static_cast<long long>(p) * lda
+                                                                         : p + static_cast<long long>(i) * lda));
+          double bv = read_element(B, Btype, b0 + (transb == CUBLAS_OP_N ? p + static_cast<long long>(j) * ldb
+                                                                         : j + static_cast<long long>(p) * ldb));
+          if (tf32) {
+            av = to_tf32(av);
+            bv = to_tf32(bv);
+          }
+          acc += av * bv;
+        }
+        const long long at = c0 + i + static_cast<long long>(j) * ldc;
+        double v = a_scale * acc;
+        if (b_scale != 0.0) v += b_scale * read_element(C, Ctype, at);
+        if (!compute64) v = static_cast<float>(v);
+        write_element(C, Ctype, at, v);
+      }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
