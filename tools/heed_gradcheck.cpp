@@ -103,6 +103,7 @@ std::vector<const OpCase*> selected_cases(const Options& options) {
 std::string input_shapes(const OpCase& c) {
   std::vector<std::string> parts;
   for (const auto& spec : c.inputs) parts.push_back(spec.describe());
+  if (!c.custom_inputs_description.empty()) parts.push_back(c.custom_inputs_description);
   return fmt::format("{}", fmt::join(parts, " "));
 }
 
@@ -117,6 +118,7 @@ int list_cases(const std::vector<const OpCase*>& cases, bool json) {
     for (const OpCase* c : cases) {
       nlohmann::ordered_json inputs = nlohmann::ordered_json::array();
       for (const auto& spec : c->inputs) inputs.push_back(spec.describe());
+      if (!c->custom_inputs_description.empty()) inputs.push_back(c->custom_inputs_description);
       doc.push_back({{"name", c->name}, {"description", c->description}, {"inputs", inputs}});
     }
     std::cout << nlohmann::ordered_json{{"cases", doc}}.dump(2) << "\n";
@@ -148,6 +150,7 @@ int run_cases(const std::vector<const OpCase*>& cases, const Options& options) {
                                       {"max_rel_error", number_or_null(r.max_rel_error)},
                                       {"passed", r.passed}};
       for (const auto& spec : c->inputs) entry["inputs"].push_back(spec.describe());
+      if (!c->custom_inputs_description.empty()) entry["inputs"].push_back(c->custom_inputs_description);
       if (!r.passed) {
         entry["message"] = r.message;
         entry["worst"] = {{"input", r.worst_input},

@@ -217,6 +217,7 @@ Tensor make_input(const InputSpec& spec, uint64_t seed) {
 }
 
 std::vector<Tensor> make_inputs(const OpCase& op_case, uint64_t seed) {
+  if (op_case.custom_inputs) return op_case.custom_inputs(seed ^ fnv1a(op_case.name));
   SplitMix64 keys(seed ^ fnv1a(op_case.name));
   std::vector<Tensor> inputs;
   for (const InputSpec& spec : op_case.inputs) inputs.push_back(make_input(spec, keys.next()));
@@ -245,6 +246,8 @@ void register_builtin_cases(OpCaseRegistry& registry) {
   add_matmul_cases(registry);
   add_nn_function_cases(registry);
   add_shape_cases(registry);
+  add_attention_function_cases(registry);
+  add_layer_cases(registry);
 }
 }  // namespace
 
@@ -261,7 +264,7 @@ void OpCaseRegistry::add(OpCase op_case) {
   HEED_CHECK(!op_case.name.empty(), "op_cases", "a case needs a name");
   HEED_CHECK(find(op_case.name) == nullptr, "op_cases", "a case named '{}' is already registered",
              op_case.name);
-  HEED_CHECK(!op_case.inputs.empty(), "op_cases", "case '{}' has no inputs", op_case.name);
+  HEED_CHECK(!op_case.inputs.empty() || op_case.custom_inputs, "op_cases", "case '{}' has no inputs", op_case.name);
   HEED_CHECK(static_cast<bool>(op_case.fn), "op_cases", "case '{}' has no function", op_case.name);
   cases_.push_back(std::move(op_case));
 }

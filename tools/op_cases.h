@@ -22,6 +22,7 @@
 #include <heed/heed.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,10 @@ struct OpCase {
   std::vector<InputSpec> inputs;
   GradcheckFn fn;  // returns a float64 tensor
   GradcheckOptions options{};
+  // Optional (layer cases): makes the inputs itself from a seed: the data inputs described by
+  // `inputs`, followed by the parameters of a freshly built float64 module that `fn` runs.
+  std::function<std::vector<Tensor>(uint64_t seed)> custom_inputs{};
+  std::string custom_inputs_description{};  // for --list, e.g. "+ 6 parameters of Linear"
 };
 
 class OpCaseRegistry {
@@ -121,5 +126,9 @@ void add_reduce_cases(OpCaseRegistry& registry);
 void add_matmul_cases(OpCaseRegistry& registry);
 void add_nn_function_cases(OpCaseRegistry& registry);
 void add_shape_cases(OpCaseRegistry& registry);
+// layer_cases.cpp: LayerNorm and the attention functions (composed, fused, packed, every mask
+// kind), then every nn layer with its parameters (Linear ... TransformerLM, Transformer).
+void add_attention_function_cases(OpCaseRegistry& registry);
+void add_layer_cases(OpCaseRegistry& registry);
 
 }  // namespace heed::op_cases
