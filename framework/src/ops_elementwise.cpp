@@ -307,8 +307,9 @@ Tensor clamp(const Tensor& x, double min_value, double max_value) {
     SavedTensor sx(x, "clamp");
     record_op("clamp", {&x}, out, [sx, min_value, max_value](const Tensor& g) -> std::vector<Tensor> {
       Tensor x = sx.get();
-      Tensor inside = logical_and(ge(x, scalar_tensor(min_value, x.dtype())),
-                                  le(x, scalar_tensor(max_value, x.dtype())));
+      const TensorOptions bound_options = TensorOptions(x.dtype()).device(x.device());
+      Tensor inside = logical_and(ge(x, scalar_tensor(min_value, bound_options)),
+                                  le(x, scalar_tensor(max_value, bound_options)));
       return {where(inside, g, zeros({}, g.options()))};
     });
   }
