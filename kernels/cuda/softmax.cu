@@ -139,7 +139,10 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
       continue;
     }
     const double xt = static_cast<double>(load(x + t));
-    const double loss = lse - (1.0 - smoothing) * xt - smoothing / static_cast<double>(classes) * sum_x;
+    // Terms enter only with a nonzero weight: a -inf logit must not make 0 * -inf = NaN.
+    double loss = lse;
+    if (smoothing < 1.0) loss -= (1.0 - smoothing) * xt;
+    if (smoothing > 0.0) loss -= smoothing / static_cast<double>(classes) * sum_x;
     row_loss[r] = static_cast<C>(loss);
   }
 }
