@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build.sh — heed's quick-start driver over CMake.
-#   ./build.sh demo   install missing Debian packages, build (Release), run the main demo
+#   ./build.sh demo   install missing Debian packages, build (Release), train and evaluate the toy translator
 #   ./build.sh test   install missing Debian packages, build (Release), run every test (ctest)
 #   ./build.sh build  install missing packages and build only
 # Environment: BUILD_DIR (default build/release), JOBS (default: number of cores).
@@ -34,7 +34,8 @@ build() {
 case "${1:-}" in
   demo)
     build
-    "$BUILD_DIR"/examples/demo_spiral
+    # The main demo: the toy German->English translator (about 5 minutes on 2 cores).
+    "$BUILD_DIR"/examples/translate --out-dir "$BUILD_DIR"/translate_out
     ;;
   test)
     build

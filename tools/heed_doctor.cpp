@@ -29,7 +29,7 @@ struct CheckOptions {
 
 int check(const CheckOptions& o) {
   const nlohmann::json config = io::read_config(o.checkpoint);
-  HEED_CHECK(config.is_object(), "heed-doctor", "{} has no model configuration", o.checkpoint);
+  HEED_CHECK(config.is_object(), "doctor", "{} has no model configuration", o.checkpoint);
   doctor::Report report;
   std::string kind;
   if (config.contains("source_vocab")) {
@@ -65,20 +65,20 @@ int check(const CheckOptions& o) {
       text = charlm::generated_corpus(config.at("seed").get<uint64_t>(), 400000);
     } else {
       std::ifstream in(source, std::ios::binary);
-      HEED_CHECK(in.good(), "heed-doctor", "cannot read the training data '{}' (pass --data PATH)", source);
+      HEED_CHECK(in.good(), "doctor", "cannot read the training data '{}' (pass --data PATH)", source);
       std::stringstream ss;
       ss << in.rdbuf();
       text = ss.str();
     }
     const charlm::Dataset data = charlm::load_dataset(text);
-    HEED_CHECK(static_cast<int64_t>(data.chars.size()) == mo.vocab, "heed-doctor",
+    HEED_CHECK(static_cast<int64_t>(data.chars.size()) == mo.vocab, "doctor",
                "the data has {} distinct characters but the model was trained on {}: pass the training text with --data",
                data.chars.size(), mo.vocab);
     manual_seed(0);
     auto [x, y] = charlm::get_batch(data.val, o.batch, mo.context);
     report = doctor::run_checks(doctor::lm_subject(model, x, y));
   } else {
-    fail("heed-doctor", "{}: unknown model kind (expected a translate or charlm checkpoint)", o.checkpoint);
+    fail("doctor", "{}: unknown model kind (expected a translate or charlm checkpoint)", o.checkpoint);
   }
   if (o.json) {
     nlohmann::json j = report.json();
@@ -111,11 +111,10 @@ int probe(const ProbeOptions& o) {
       } catch (const std::exception&) {
         used = 0;
       }
-      HEED_CHECK(used == item.size() && v > 0 && v <= 1 << 16, "heed-doctor", "--dk expects positive integers, got '{}'",
-                 item);
+      cli::check_usage(used == item.size() && v > 0 && v <= 1 << 16, "--dk expects positive integers, got '{}'", item);
       dks.push_back(v);
     }
-    HEED_CHECK(!dks.empty(), "heed-doctor", "--dk is empty");
+    cli::check_usage(!dks.empty(), "--dk is empty");
   }
   const std::vector<doctor::ProbeRow> rows = doctor::probe(dks, o.queries, o.keys, static_cast<uint64_t>(o.seed));
   if (o.json) {

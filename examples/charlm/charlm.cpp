@@ -115,8 +115,8 @@ int run(const Options& o) {
   const std::optional<DType> amp_dtype =
       o.amp == "fp16" ? std::optional<DType>(kFloat16) : o.amp == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt;
   amp::GradScaler scaler({.enabled = amp_dtype == kFloat16});
-  HEED_CHECK(o.d_model % o.heads == 0, "charlm", "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
-  HEED_CHECK(o.warmup <= o.iters, "charlm", "--warmup {} exceeds --iters {}", o.warmup, o.iters);
+  cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
+  cli::check_usage(o.warmup <= o.iters, "--warmup {} exceeds --iters {}", o.warmup, o.iters);
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/charlm.ckpt" : o.checkpoint;
 
@@ -169,9 +169,15 @@ int run(const Options& o) {
                             {"eval_iter", nlohmann::json::array()}, {"val_loss", nlohmann::json::array()},
                             {"entropy", nlohmann::json::array()}, {"train_seconds", 0.0}};
   if (o.resume || o.sample_only) {
+    // The configuration first, so that a checkpoint of another program or other flags is
+    // named as such before any tensor is loaded.
+    const nlohmann::json saved_config = io::read_config(checkpoint);
+    HEED_CHECK(saved_config.is_object() && saved_config.contains("chars"), "charlm",
+               "{} is not a charlm checkpoint (its configuration has no character table)", checkpoint);
+    HEED_CHECK(saved_config == config, "charlm",
+               "{} was trained with a different configuration or data; pass the same flags (and --data) to resume",
+               checkpoint);
     const io::RestoredCheckpoint restored = io::load_checkpoint(checkpoint, model, &optimizer, nullptr);
-    HEED_CHECK(restored.config == config, "charlm",
-               "{} was trained with a different configuration or data; pass the same flags to resume", checkpoint);
     start = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
     if (!o.sample_only) {

@@ -98,14 +98,17 @@ Row run_one(const Options& o, const translate::Task& task, const std::string& sc
 
 int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
-  HEED_CHECK(o.d_model % o.heads == 0, "scale_ablation", "--d-model {} must be divisible by --heads {}", o.d_model,
-             o.heads);
+  cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   std::vector<std::string> scales;
   {
     std::string s = o.scales + ",";
     for (size_t at = 0, comma; (comma = s.find(',', at)) != std::string::npos; at = comma + 1) {
       const std::string name = s.substr(at, comma - at);
-      nn::parse_attention_scale(name);  // validates
+      try {
+        nn::parse_attention_scale(name);  // validates
+      } catch (const Error& e) {
+        throw cli::UsageError(fmt::format("--scales: {}", e.what()));
+      }
       scales.push_back(name);
     }
   }

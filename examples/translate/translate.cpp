@@ -67,13 +67,17 @@ int run(const Options& o) {
   // --amp fp16|bf16: training under amp::Autocast (fp16 with loss scaling); evaluation in float32.
   const std::optional<DType> amp_dtype =
       o.amp == "fp16" ? std::optional<DType>(kFloat16) : o.amp == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt;
-  HEED_CHECK(o.d_model % o.heads == 0, "translate", "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
+  cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/translate.ckpt" : o.checkpoint;
 
   // ---- translate a sentence with a trained checkpoint ---------------------------------------
   if (!o.translate_text.empty()) {
     const nlohmann::json config = io::read_config(checkpoint);
+    HEED_CHECK(config.is_object() && config.contains("source_vocab") && config.contains("target_vocab") &&
+                   config.contains("model"),
+               "translate", "{} is not a translate checkpoint (its configuration has no source_vocab, target_vocab "
+               "and model)", checkpoint);
     const translate::Vocab source = translate::Vocab::from_tokens(config.at("source_vocab"));
     const translate::Vocab target = translate::Vocab::from_tokens(config.at("target_vocab"));
     auto model = translate::build_model(translate::ModelConfig::from_json(config.at("model")), source, target);

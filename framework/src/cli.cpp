@@ -189,6 +189,9 @@ std::string ArgParser::usage() const {
 int run_guarded(const std::string& program, const std::function<int()>& body) {
   try {
     return body();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", program.c_str(), e.what());
+    return 2;
   } catch (const heed::Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
   } catch (const std::exception& e) {

@@ -467,7 +467,7 @@ Tensor index_select(const Tensor& x, int64_t dim_, const Tensor& index) {
     SavedTensor saved_idx(idx, "index_select");
     record_op(
         "index_select", {&x}, out,
-        [in_shape, d, outer, extent, inner, saved_idx](const Tensor& g) -> std::vector<Tensor> {
+        [in_shape, outer, extent, inner, saved_idx](const Tensor& g) -> std::vector<Tensor> {
           Tensor idx = saved_idx.get();
           Tensor grad = zeros(in_shape, g.options());
           Tensor gc = g.contiguous();

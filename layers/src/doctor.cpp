@@ -219,7 +219,7 @@ Report run_checks(const Subject& s) {
   for (const auto& layer : monitor.attention_stats()) {
     const auto& heads = layer.heads;
     int uniform = 0, one_hot = 0;
-    double entropy = 0, uniform_entropy = 0, ratio = 0, max_w = 0;
+    double entropy = 0, uniform_entropy = 0, ratio = 0;
     for (const auto& h : heads) {
       const double normalized = h.uniform_entropy > 0 ? h.entropy / h.uniform_entropy : 1.0;
       uniform += normalized > 0.97 && h.max_mean_ratio < 1.25;
@@ -227,7 +227,6 @@ Report run_checks(const Subject& s) {
       entropy += h.entropy;
       uniform_entropy += h.uniform_entropy;
       ratio += h.max_mean_ratio;
-      max_w += h.max_weight;
     }
     const double n = static_cast<double>(std::max<size_t>(heads.size(), 1));
     report.findings.push_back(

@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "heed/error.h"
 
 namespace heed::cli {
 
@@ -56,8 +59,20 @@ class ArgParser {
   std::vector<std::string> given_;
 };
 
-// Runs `body` and maps outcomes to exit statuses: heed::Error and std::exception print
-// "<program>: error: <message>" and give 1.
+// A bad argument or combination of arguments found after parsing (e.g. --warmup above
+// --iters, an unknown name in a list): run_guarded reports it as a usage error (status 2).
+struct UsageError : heed::Error {
+  explicit UsageError(const std::string& message) : heed::Error(message) {}
+};
+// Throws UsageError("<message>") when `ok` is false.
+template <typename... Args>
+void check_usage(bool ok, fmt::format_string<Args...> format, Args&&... args) {
+  if (!ok) throw UsageError(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Runs `body` and maps outcomes to exit statuses: UsageError prints "<program>: <message>"
+// and gives 2; other heed::Error and std::exception print "<program>: error: <message>" and
+// give 1.
 int run_guarded(const std::string& program, const std::function<int()>& body);
 
 }  // namespace heed::cli

@@ -112,7 +112,8 @@ inline float half_bits_to_float_portable(uint16_t h) {
 
 inline uint16_t float_to_half_bits(float f) {
 #if defined(__F16C__)
-  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+  // (_cvtss_sh is a compound literal in clang's headers, which -Wpedantic rejects.)
+  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
 #else
   return float_to_half_bits_portable(f);
 #endif
