@@ -86,6 +86,23 @@ summary+=("$(printf '%-44s %-6s %5ss' 'flash attention vs torch SDPA' \
   "$([ $sdpa_rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)))")
 [ $sdpa_rc = 0 ] || status=1
 
+# ---- 3. the LM training step and causal attention on the GPU (heed-bench) -------------------
+bench="$build_dir/tools/heed-bench"
+if [ -x "$bench" ]; then
+  for args in "lm --vocab 256 --d 256 --heads 4 --layers 4 --seq 128 --batch 16 --steps 10 --warmup 3" \
+              "attn --batch 4 --heads 8 --d 512 --seq 1024 --steps 5 --warmup 1"; do
+    start=$(date +%s)
+    if line=$("$bench" $args --device cuda); then
+      echo "$line"
+      ms=$(echo "$line" | "$python" -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])')
+      summary+=("$(printf '%-44s %-6s %5ss  %s ms/step' "heed-bench ${args%% *} (cuda)" ok $(($(date +%s) - start)) "$ms")")
+    else
+      summary+=("$(printf '%-44s %-6s %5ss' "heed-bench ${args%% *} (cuda)" FAIL $(($(date +%s) - start)))")
+      status=1
+    fi
+  done
+fi
+
 echo
 echo "gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 printf '%s\n' "${summary[@]}"

@@ -58,7 +58,13 @@ struct Options {
   std::string kind;
   int64_t vocab = 256, d = 256, heads = 4, layers = 4, seq = 128, batch = 16, steps = 10, warmup = 3, threads = 2;
   int64_t m = 1024, n = 1024, k = 1024;
+  std::string device = "cpu";  // lm and attn: cpu or cuda
 };
+
+// Waits for queued device work, so that a timed region ends when its work does.
+void wait_for(Device device) {
+  if (device.is_cuda()) cuda::synchronize();
+}
 
 int lm_case(const Options& o) {
   manual_seed(0);
@@ -69,9 +75,11 @@ int lm_case(const Options& o) {
   mo.layers = o.layers;
   mo.context = o.seq;
   mo.layout = nn::ProjectionLayout::FusedQKV;
+  const Device device = parse_device(o.device);
   nn::TransformerLM model(mo);
+  model.to(device);
   optim::AdamW opt(model.parameters(), {.lr = 3e-4});
-  const Tensor x = randint(0, o.vocab, {o.batch, o.seq}), y = randint(0, o.vocab, {o.batch, o.seq});
+  const Tensor x = randint(0, o.vocab, {o.batch, o.seq}).to(device), y = randint(0, o.vocab, {o.batch, o.seq}).to(device);
   auto step = [&] {
     Tensor loss = F::cross_entropy(model.forward(x), y);
     opt.zero_grad();
@@ -103,8 +111,9 @@ int lm_case(const Options& o) {
 int attn_case(const Options& o) {
   manual_seed(0);
   const int64_t B = o.batch, H = o.heads, T = o.seq, D = o.d / o.heads;
-  Tensor q = randn({B, H, T, D}).requires_grad_(), k = randn({B, H, T, D}).requires_grad_(),
-         v = randn({B, H, T, D}).requires_grad_();
+  const Device device = parse_device(o.device);
+  Tensor q = randn({B, H, T, D}).to(device).requires_grad_(), k = randn({B, H, T, D}).to(device).requires_grad_(),
+         v = randn({B, H, T, D}).to(device).requires_grad_();
   F::AttentionMask causal;
   causal.causal = true;
   auto step = [&] {
@@ -113,6 +122,7 @@ int attn_case(const Options& o) {
     q.zero_grad();
     k.zero_grad();
     v.zero_grad();
+    wait_for(device);
   };
   const long rss_before_kb = status_kb("VmRSS:");
   const bool peak_reset = reset_peak_rss();
@@ -207,6 +217,7 @@ int main(int argc, char** argv) {
   args.add_int("steps", &o.steps, "timed steps (the median is reported)", 1, 1000000);
   args.add_int("warmup", &o.warmup, "untimed warm-up steps", 0, 1000000);
   args.add_int("threads", &o.threads, "threads", 1, 1024);
+  args.add_string("device", &o.device, "cpu or cuda (lm, attn)");
   args.add_int("m", &o.m, "rows of A (matmul)", 1, 1 << 20);
   args.add_int("n", &o.n, "columns of B (matmul)", 1, 1 << 20);
   args.add_int("k", &o.k, "inner dimension (matmul)", 1, 1 << 20);
