@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 using namespace heed;
 
@@ -206,5 +208,39 @@ TEST_CASE("flash attention rejects bad input") {
     F::flash_attention(q, randn({2, 3, 5, 8}), v);
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("flash_attention") != std::string::npos);
+  }
+}
+
+TEST_CASE("flash_attention_packed matches a float64 loop over the packed (B, T, 3C) layout") {
+  manual_seed(21);
+  const int64_t B = 2, T = 70, H = 3, D = 5, C = H * D;  // T spans two key blocks; D is odd
+  const Tensor qkv = randn({B, T, 3 * C}, kFloat64);
+  const std::vector<double> x = qkv.to_vector<double>();
+  auto at = [&](int64_t b, int64_t t, int64_t col) { return x[static_cast<size_t>((b * T + t) * 3 * C + col)]; };
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const std::vector<double> got = F::flash_attention_packed(qkv, H, {.causal = causal}).to_vector<double>();
+    REQUIRE(got.size() == static_cast<size_t>(B * T * C));
+    double worst = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < T; ++i) {
+          const int64_t keys = causal ? i + 1 : T;
+          std::vector<double> p(static_cast<size_t>(keys));
+          double top = -INFINITY, total = 0;
+          for (int64_t j = 0; j < keys; ++j) {
+            double s = 0;
+            for (int64_t d = 0; d < D; ++d) s += at(b, i, h * D + d) * at(b, j, C + h * D + d);
+            p[static_cast<size_t>(j)] = s / std::sqrt(static_cast<double>(D));
+            top = std::max(top, p[static_cast<size_t>(j)]);
+          }
+          for (double& v : p) total += (v = std::exp(v - top));
+          for (int64_t d = 0; d < D; ++d) {
+            double o = 0;
+            for (int64_t j = 0; j < keys; ++j) o += p[static_cast<size_t>(j)] / total * at(b, j, 2 * C + h * D + d);
+            worst = std::max(worst, std::fabs(o - got[static_cast<size_t>((b * T + i) * C + h * D + d)]));
+          }
+        }
+    CHECK(worst < 1e-12);
   }
 }

@@ -4,7 +4,6 @@
 // Invariants: scores are formed as (q * scale) k^T in the compute dtype (float32 for 16-bit
 // inputs); masks are combined into one boolean "may attend" tensor and applied with
 // masked_fill(-inf), so fully masked rows give zero weights through softmax's definition.
-#include <algorithm>
 #include <cmath>
 
 #include "heed/attention.h"
@@ -124,16 +123,8 @@ AttentionResult scaled_dot_product_attention_with_weights(
              "k and v must have the same number of keys: shapes {} and {}", shape_str(k.shape()),
              shape_str(v.shape()));
   // The batch dims (...) of q, k and v must broadcast together.
-  for (int back = 3; back <= std::max({q.dim(), k.dim(), v.dim()}); ++back) {
-    int64_t size = 1;
-    for (const Tensor* t : {&q, &k, &v}) {
-      const int64_t d = t->dim() >= back ? t->size(-back) : 1;
-      HEED_CHECK(d == 1 || size == 1 || d == size, name,
-                 "the batch dims of q, k and v do not broadcast together: shapes {}, {} and {}",
-                 shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
-      size = std::max(size, d);
-    }
-  }
+  auto batch_dims = [](const Tensor& t) { return Dims(t.shape().begin(), t.shape().end() - 2); };
+  broadcast_shapes(broadcast_shapes(batch_dims(q), batch_dims(k), name), batch_dims(v), name);
   HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}",
              dropout_p);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
