@@ -48,9 +48,12 @@ Options parse(int argc, char** argv) {
       std::fprintf(stderr, "demo_spiral: unknown or incomplete argument '%s'\n", arg.c_str());
       usage(2);
     }
-    if (arg == "--steps") o.steps = static_cast<int>(parse_int("--steps", argv[++i], 1, 1000000));
-    else if (arg == "--seed") o.seed = static_cast<uint64_t>(parse_int("--seed", argv[++i], 0, 1L << 40));
-    else if (arg == "--threads") o.threads = static_cast<int>(parse_int("--threads", argv[++i], 1, 256));
+    if (arg == "--steps")
+      o.steps = static_cast<int>(parse_int("--steps", argv[++i], 1, 1000000));
+    else if (arg == "--seed")
+      o.seed = static_cast<uint64_t>(parse_int("--seed", argv[++i], 0, 1L << 40));
+    else if (arg == "--threads")
+      o.threads = static_cast<int>(parse_int("--threads", argv[++i], 1, 256));
     else {
       std::fprintf(stderr, "demo_spiral: unknown argument '%s'\n", arg.c_str());
       usage(2);
@@ -121,12 +124,11 @@ int main(int argc, char** argv) {
         std::printf("step %5d  loss %.4f  train accuracy %5.1f%%\n", step, loss_value, 100.0 * accuracy);
       }
     }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Tensor logits = F::linear(relu(F::linear(x, w1, b1)), w2, b2);
     const double accuracy = mean(eq(argmax(logits.detach(), 1), y).to(kFloat32)).item<double>();
-    std::printf("done in %.2f s: final loss %.4f, train accuracy %.1f%% (a linear model reaches about 50%%)\n",
-                seconds, loss_value, 100.0 * accuracy);
+    std::printf("done in %.2f s: final loss %.4f, train accuracy %.1f%% (a linear model reaches about 50%%)\n", seconds,
+                loss_value, 100.0 * accuracy);
     return accuracy > 0.9 ? 0 : 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "demo_spiral: %s\n", e.what());

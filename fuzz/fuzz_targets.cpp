@@ -196,14 +196,12 @@ void cli(const uint8_t* data, size_t size) {
     const char* name;
     double value, min, max;
   };
-  std::vector<IntOption> ints = {{"steps", 5, 1, 10000000},   {"seed", 1337, 0, int64_t{1} << 62},
-                                 {"threads", 0, 0, 1024},      {"warmup", 100, 0, 100000000},
-                                 {"d-model", 128, 1, 65536},   {"batch", 12, 1, 4096},
+  std::vector<IntOption> ints = {{"steps", 5, 1, 10000000},        {"seed", 1337, 0, int64_t{1} << 62},
+                                 {"threads", 0, 0, 1024},          {"warmup", 100, 0, 100000000},
+                                 {"d-model", 128, 1, 65536},       {"batch", 12, 1, 4096},
                                  {"huge", 0, INT64_MIN, INT64_MAX}};
-  std::vector<DoubleOption> doubles = {{"lr", 1e-3, 0, 10},
-                                       {"dropout", 0.0, 0, 0.99},
-                                       {"temperature", 0.8, 1e-3, 100},
-                                       {"any", 0.0, -1e308, 1e308}};
+  std::vector<DoubleOption> doubles = {
+      {"lr", 1e-3, 0, 10}, {"dropout", 0.0, 0, 0.99}, {"temperature", 0.8, 1e-3, 100}, {"any", 0.0, -1e308, 1e308}};
   std::string device = "cpu", attn_scale = "sqrt_dk", out_dir = "out", positional, optional_positional;
   bool resume = false, json_output = false;
   cli::ArgParser parser(subcommand ? "prog " + args[0] : "prog", "fuzzed options");
@@ -281,8 +279,9 @@ void write_seed_corpus(const std::string& directory) {
   write("json", "model_config.json",
         R"({"d_model": 32, "heads": 4, "layers": 1, "d_ff": 64, "max_len": 16, "dropout": 0.1,)"
         R"( "attn_scale": "sqrt_dk", "norm_first": true})");
-  write("json", "values.json", R"([null, true, -0.0, 1e308, -9223372036854775808, 18446744073709551615,)"
-                               R"( "\u00e9\ud83d\ude00", {"": {}}, [[[]]]])");
+  write("json", "values.json",
+        R"([null, true, -0.0, 1e308, -9223372036854775808, 18446744073709551615,)"
+        R"( "\u00e9\ud83d\ude00", {"": {}}, [[[]]]])");
 
   // command lines: NUL-separated arguments.
   auto args = [](std::initializer_list<std::string> parts) {

@@ -31,7 +31,18 @@ struct StridedView {
 };
 
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, GeluTanh, GeluErf, Tanh, Sigmoid, Sign,
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Relu,
+  GeluTanh,
+  GeluErf,
+  Tanh,
+  Sigmoid,
+  Sign,
   AddScalar,   // x + alpha
   MulScalar,   // x * alpha
   PowScalar,   // x ^ alpha
@@ -45,9 +56,21 @@ enum class UnaryOp : uint8_t {
 const char* unary_op_name(UnaryOp op);
 
 enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
-  Eq, Ne, Lt, Le, Gt, Ge,      // produce bool
-  LogicalAnd, LogicalOr,       // bool only
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,  // produce bool
+  LogicalAnd,
+  LogicalOr,  // bool only
   // Gradient helpers: a = incoming gradient, b = the saved forward input (x) or output (y).
   ReluBackward,      // a * (x > 0)
   GeluTanhBackward,  // a * d/dx gelu_tanh(x)
@@ -83,19 +106,17 @@ using CopyFn = void (*)(const StridedView& dst, const StridedView& src);
 // out = op(in) with scalar alpha; in and out contiguous with n elements.
 using UnaryFn = void (*)(UnaryOp op, DType dtype, const void* in, void* out, int64_t n, double alpha);
 // out = op(a, b); a and b are views broadcast (stride 0) to out's shape; out contiguous.
-using BinaryFn = void (*)(BinaryOp op, const StridedView& a, const StridedView& b,
-                          const StridedView& out);
+using BinaryFn = void (*)(BinaryOp op, const StridedView& a, const StridedView& b, const StridedView& out);
 // out = cond ? a : b; all views broadcast to out's shape; cond is bool; out contiguous.
-using WhereFn = void (*)(const StridedView& cond, const StridedView& a, const StridedView& b,
-                         const StridedView& out);
+using WhereFn = void (*)(const StridedView& cond, const StridedView& a, const StridedView& b, const StridedView& out);
 // in is contiguous (outer, extent, inner); out is contiguous (outer, inner).
 // Arg-reductions write int64 indices into `out`; Max/Min also write indices to `indices`
 // when it is non-null. Sums accumulate in double for float32/float64.
-using ReduceFn = void (*)(ReduceOp op, DType dtype, const void* in, int64_t outer, int64_t extent,
-                          int64_t inner, void* out, int64_t* indices);
+using ReduceFn = void (*)(ReduceOp op, DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner,
+                          void* out, int64_t* indices);
 // Variance along `extent` of a contiguous (outer, extent, inner) tensor with a correction.
-using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t extent,
-                            int64_t inner, double correction, void* out);
+using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner,
+                            double correction, void* out);
 // C = alpha * op(A) @ op(B) + beta * C, row-major, repeated over `batch` with element strides
 // between batches (stride 0 broadcasts). dtype float32 or float64.
 struct GemmArgs {
@@ -114,38 +135,34 @@ struct GemmArgs {
 using GemmFn = void (*)(const GemmArgs& args);
 // Row-wise softmax (or log-softmax) of a contiguous (rows, cols) tensor. A row of all -inf
 // gives zeros (softmax) or all -inf (log-softmax), never NaN.
-using SoftmaxForwardFn = void (*)(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
-                                  bool log);
+using SoftmaxForwardFn = void (*)(DType dtype, const void* in, void* out, int64_t rows, int64_t cols, bool log);
 // grad_in from the forward output y and grad_out: softmax: y*(g - sum(g*y));
 // log-softmax: g - exp(y)*sum(g).
-using SoftmaxBackwardFn = void (*)(DType dtype, const void* y, const void* grad_out, void* grad_in,
-                                   int64_t rows, int64_t cols, bool log);
+using SoftmaxBackwardFn = void (*)(DType dtype, const void* y, const void* grad_out, void* grad_in, int64_t rows,
+                                   int64_t cols, bool log);
 // Per-row loss and log-sum-exp of logits (rows, classes) against int64 targets.
 // loss_i = -(1-s)*logp[t] - s/C * sum_c logp[c]; rows with target == ignore_index give 0.
 // row_loss and row_lse are in the compute dtype (float32 for float16/bfloat16 logits).
-using CrossEntropyForwardFn = void (*)(DType dtype, const void* logits, const int64_t* targets,
-                                       int64_t rows, int64_t classes, int64_t ignore_index,
-                                       double smoothing, void* row_loss, void* row_lse);
+using CrossEntropyForwardFn = void (*)(DType dtype, const void* logits, const int64_t* targets, int64_t rows,
+                                       int64_t classes, int64_t ignore_index, double smoothing, void* row_loss,
+                                       void* row_lse);
 // grad_logits = scale * (softmax - (1-s)*onehot - s/C) per non-ignored row; 0 for ignored rows.
-using CrossEntropyBackwardFn = void (*)(DType dtype, const void* logits, const int64_t* targets,
-                                        const void* row_lse, int64_t rows, int64_t classes,
-                                        int64_t ignore_index, double smoothing, double scale,
-                                        void* grad_logits);
+using CrossEntropyBackwardFn = void (*)(DType dtype, const void* logits, const int64_t* targets, const void* row_lse,
+                                        int64_t rows, int64_t classes, int64_t ignore_index, double smoothing,
+                                        double scale, void* grad_logits);
 // out(outer, index_count, inner) = in(outer, index[j], inner); indices already validated.
-using IndexSelectFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t in_extent,
-                               int64_t inner, const int64_t* index, int64_t index_count, void* out);
+using IndexSelectFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner,
+                               const int64_t* index, int64_t index_count, void* out);
 // out(outer, index[j], inner) += src(outer, j, inner); deterministic order.
 using IndexAddFn = void (*)(DType dtype, void* out, int64_t outer, int64_t out_extent, int64_t inner,
                             const int64_t* index, int64_t index_count, const void* src);
 // gather along the middle dim: out(o, j, i) = in(o, index(o, j, i), i); scatter_add is its adjoint.
-using GatherFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t in_extent,
-                          int64_t inner, const int64_t* index, int64_t index_extent, void* out);
-using ScatterAddFn = void (*)(DType dtype, void* out, int64_t outer, int64_t out_extent,
-                              int64_t inner, const int64_t* index, int64_t index_extent,
-                              const void* src);
+using GatherFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner,
+                          const int64_t* index, int64_t index_extent, void* out);
+using ScatterAddFn = void (*)(DType dtype, void* out, int64_t outer, int64_t out_extent, int64_t inner,
+                              const int64_t* index, int64_t index_extent, const void* src);
 // Fills a contiguous buffer with uniform [low, high) or normal(mean=a, std=b) numbers.
-using RandomFn = void (*)(RandomKind kind, DType dtype, void* out, int64_t n, double a, double b,
-                          PhiloxState state);
+using RandomFn = void (*)(RandomKind kind, DType dtype, void* out, int64_t n, double a, double b, PhiloxState state);
 // keep[i] = uniform(state, i) >= p, as 0/1 bytes; the same mask on every device.
 using DropoutMaskFn = void (*)(uint8_t* keep, int64_t n, double p, PhiloxState state);
 // out[i] = start + i * step.
@@ -173,9 +190,8 @@ using AdamStepFn = void (*)(const AdamStepArgs& args);
 using LayerNormForwardFn = void (*)(DType dtype, const void* x, const void* weight, const void* bias, int64_t rows,
                                     int64_t cols, double eps, void* y, void* mean, void* rstd);
 // dx (rows, cols); dweight/dbias (cols) are overwritten (not accumulated) when non-null.
-using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* weight, const void* mean,
-                                     const void* rstd, const void* dy, int64_t rows, int64_t cols, void* dx,
-                                     void* dweight, void* dbias);
+using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* weight, const void* mean, const void* rstd,
+                                     const void* dy, int64_t rows, int64_t cols, void* dx, void* dweight, void* dbias);
 
 // Fused (flash-style) attention over q (B,H,T,D), k (B,H,S,D), v (B,H,S,Dv) (strided, see
 // AttentionLayout):
@@ -232,17 +248,17 @@ struct NormInput {
 };
 using GlobalNormFn = double (*)(const NormInput* inputs, int count, double norm_type);
 
-#define HEED_FOR_EACH_KERNEL(X)                                                                    \
-  X(allocate, AllocateFn) X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn)      \
-  X(copy, CopyFn) X(unary, UnaryFn) X(binary, BinaryFn) X(where, WhereFn) X(reduce, ReduceFn)       \
-  X(variance, VarianceFn) X(gemm, GemmFn) X(softmax_forward, SoftmaxForwardFn)                      \
-  X(softmax_backward, SoftmaxBackwardFn) X(cross_entropy_forward, CrossEntropyForwardFn)            \
-  X(cross_entropy_backward, CrossEntropyBackwardFn) X(index_select, IndexSelectFn)                  \
-  X(index_add, IndexAddFn) X(gather, GatherFn) X(scatter_add, ScatterAddFn) X(random, RandomFn)     \
-  X(dropout_mask, DropoutMaskFn) X(arange, ArangeFn) X(adam_step, AdamStepFn)                \
-  X(layer_norm_forward, LayerNormForwardFn) X(layer_norm_backward, LayerNormBackwardFn)             \
-  X(flash_attention_forward, FlashAttentionFn) X(flash_attention_backward, FlashAttentionFn)        \
-  X(global_norm, GlobalNormFn)
+#define HEED_FOR_EACH_KERNEL(X)                                                                                        \
+  X(allocate, AllocateFn)                                                                                              \
+  X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn) X(copy, CopyFn) X(unary, UnaryFn)               \
+      X(binary, BinaryFn) X(where, WhereFn) X(reduce, ReduceFn) X(variance, VarianceFn) X(gemm, GemmFn)                \
+          X(softmax_forward, SoftmaxForwardFn) X(softmax_backward, SoftmaxBackwardFn)                                  \
+              X(cross_entropy_forward, CrossEntropyForwardFn) X(cross_entropy_backward, CrossEntropyBackwardFn)        \
+                  X(index_select, IndexSelectFn) X(index_add, IndexAddFn) X(gather, GatherFn)                          \
+                      X(scatter_add, ScatterAddFn) X(random, RandomFn) X(dropout_mask, DropoutMaskFn)                  \
+                          X(arange, ArangeFn) X(adam_step, AdamStepFn) X(layer_norm_forward, LayerNormForwardFn)       \
+                              X(layer_norm_backward, LayerNormBackwardFn) X(flash_attention_forward, FlashAttentionFn) \
+                                  X(flash_attention_backward, FlashAttentionFn) X(global_norm, GlobalNormFn)
 
 struct KernelTable {
 #define HEED_KERNEL_FIELD(name, type) type name = nullptr;
@@ -266,9 +282,10 @@ KernelSupport kernel_support(DeviceType type, int i);
 }  // namespace heed::kernels
 
 // Fetches a kernel for a device or throws "kernel 'x' is not implemented for device y".
-#define HEED_KERNEL(device, name)                                                   \
-  ([&]() {                                                                          \
-    auto fn__ = ::heed::kernels::kernel_table((device).type).name;                  \
-    if (!fn__) [[unlikely]] ::heed::kernels::throw_missing_kernel(#name, (device)); \
-    return fn__;                                                                    \
+#define HEED_KERNEL(device, name)                                  \
+  ([&]() {                                                         \
+    auto fn__ = ::heed::kernels::kernel_table((device).type).name; \
+    if (!fn__) [[unlikely]]                                        \
+      ::heed::kernels::throw_missing_kernel(#name, (device));      \
+    return fn__;                                                   \
   }())

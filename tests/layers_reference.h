@@ -36,9 +36,7 @@ inline ParamMap params_of(const heed::nn::Module& module) {
   for (const auto& [name, tensor] : module.named_parameters()) out[name] = tensor;
   return out;
 }
-inline bool has_param(const ParamMap& params, const std::string& name) {
-  return params.count(name) > 0;
-}
+inline bool has_param(const ParamMap& params, const std::string& name) { return params.count(name) > 0; }
 inline Values param(const ParamMap& params, const std::string& name) {
   auto it = params.find(name);
   if (it == params.end()) throw std::runtime_error("layers_reference: no parameter " + name);
@@ -115,13 +113,11 @@ inline double activate(double x, heed::nn::Activation a) {
 }
 
 // fc2(act(fc1(x))) with the weights of a FeedForward at `prefix` ("ff.").
-inline Values feed_forward(const ParamMap& p, const std::string& prefix, const Values& x, int64_t C,
-                           int64_t d_ff, heed::nn::Activation act) {
-  Values h =
-      linear(x, C, param(p, prefix + "fc1.weight"), optional_param(p, prefix + "fc1.bias"), d_ff);
+inline Values feed_forward(const ParamMap& p, const std::string& prefix, const Values& x, int64_t C, int64_t d_ff,
+                           heed::nn::Activation act) {
+  Values h = linear(x, C, param(p, prefix + "fc1.weight"), optional_param(p, prefix + "fc1.bias"), d_ff);
   for (double& v : h) v = activate(v, act);
-  return linear(h, d_ff, param(p, prefix + "fc2.weight"), optional_param(p, prefix + "fc2.bias"),
-                C);
+  return linear(h, d_ff, param(p, prefix + "fc2.weight"), optional_param(p, prefix + "fc2.bias"), C);
 }
 
 // ---- attention -------------------------------------------------------------------------------
@@ -130,9 +126,9 @@ inline Values feed_forward(const ParamMap& p, const std::string& prefix, const V
 struct MaskSpec {
   bool causal = false;
   int64_t window = -1;
-  std::vector<int64_t> key_lengths;                                      // (B) or empty
-  std::vector<bool> key_padding;                                         // (B*S), true = padding
-  std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)> keep;  // or empty
+  std::vector<int64_t> key_lengths;                                            // (B) or empty
+  std::vector<bool> key_padding;                                               // (B*S), true = padding
+  std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)> keep;        // or empty
   std::function<double(int64_t b, int64_t h, int64_t i, int64_t j)> additive;  // or empty
 
   bool allowed(int64_t b, int64_t h, int64_t i, int64_t j, int64_t T, int64_t S) const {
@@ -179,9 +175,8 @@ struct ScaleSpec {
 };
 
 // One (batch, head) slice: q (T,D), k (S,D), v (S,Dv) -> out (T,Dv); weights (T,S) if asked.
-inline Values attend(const double* q, const double* k, const double* v, int64_t T, int64_t S,
-                     int64_t D, int64_t Dv, int64_t b, int64_t h, const ScaleSpec& scale,
-                     const MaskSpec& mask, Values* weights) {
+inline Values attend(const double* q, const double* k, const double* v, int64_t T, int64_t S, int64_t D, int64_t Dv,
+                     int64_t b, int64_t h, const ScaleSpec& scale, const MaskSpec& mask, Values* weights) {
   Values out(static_cast<size_t>(T * Dv), 0.0);
   if (weights) weights->assign(static_cast<size_t>(T * S), 0.0);
   for (int64_t i = 0; i < T; ++i) {
@@ -207,15 +202,15 @@ inline Values attend(const double* q, const double* k, const double* v, int64_t 
 
 // Batched attention over (N, T, D) queries, (N, S, D) keys, (N, S, Dv) values where N = B*H
 // (row n is batch n / H, head n % H). Returns (N, T, Dv); weights (N, T, S) if asked.
-inline Values attention(const Values& q, const Values& k, const Values& v, int64_t B, int64_t H,
-                        int64_t T, int64_t S, int64_t D, int64_t Dv, const ScaleSpec& scale,
-                        const MaskSpec& mask, Values* weights = nullptr) {
+inline Values attention(const Values& q, const Values& k, const Values& v, int64_t B, int64_t H, int64_t T, int64_t S,
+                        int64_t D, int64_t Dv, const ScaleSpec& scale, const MaskSpec& mask,
+                        Values* weights = nullptr) {
   Values out(static_cast<size_t>(B * H * T * Dv));
   if (weights) weights->assign(static_cast<size_t>(B * H * T * S), 0.0);
   for (int64_t n = 0; n < B * H; ++n) {
     Values w;
-    Values o = attend(q.data() + n * T * D, k.data() + n * S * D, v.data() + n * S * Dv, T, S, D,
-                      Dv, n / H, n % H, scale, mask, weights ? &w : nullptr);
+    Values o = attend(q.data() + n * T * D, k.data() + n * S * D, v.data() + n * S * Dv, T, S, D, Dv, n / H, n % H,
+                      scale, mask, weights ? &w : nullptr);
     std::copy(o.begin(), o.end(), out.begin() + n * T * Dv);
     if (weights) std::copy(w.begin(), w.end(), weights->begin() + n * T * S);
   }
@@ -303,9 +298,8 @@ inline MhaWeights mha_weights(const ParamMap& p, const std::string& prefix,
 }
 
 // query (B,T,C), key/value (B,S,C) -> (B,T,C); weights (B,H,T,S) if asked.
-inline Values multi_head_attention(const MhaWeights& m, const Values& query, const Values& key,
-                                   const Values& value, int64_t B, int64_t T, int64_t S,
-                                   const MaskSpec& mask, Values* weights = nullptr) {
+inline Values multi_head_attention(const MhaWeights& m, const Values& query, const Values& key, const Values& value,
+                                   int64_t B, int64_t T, int64_t S, const MaskSpec& mask, Values* weights = nullptr) {
   const int64_t C = m.C, H = m.H, dh = m.dh;
   Values q(static_cast<size_t>(B * H * T * dh)), k(static_cast<size_t>(B * H * S * dh)),
       v(static_cast<size_t>(B * H * S * dh));
@@ -327,8 +321,7 @@ inline Values multi_head_attention(const MhaWeights& m, const Values& query, con
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < dh; ++d)
-          merged[(b * T + t) * C + h * dh + d] = heads[((b * H + h) * T + t) * dh + d];
+        for (int64_t d = 0; d < dh; ++d) merged[(b * T + t) * C + h * dh + d] = heads[((b * H + h) * T + t) * dh + d];
   return linear(merged, C, m.wo, m.bo, C);
 }
 
@@ -339,9 +332,8 @@ inline Values add(const Values& a, const Values& b) {
 }
 
 // A TransformerEncoderLayer at `prefix` on x (B,T,C).
-inline Values encoder_layer(const ParamMap& p, const std::string& prefix,
-                            const heed::nn::TransformerLayerOptions& o, const Values& x, int64_t B,
-                            int64_t T, const MaskSpec& mask) {
+inline Values encoder_layer(const ParamMap& p, const std::string& prefix, const heed::nn::TransformerLayerOptions& o,
+                            const Values& x, int64_t B, int64_t T, const MaskSpec& mask) {
   heed::nn::MultiHeadAttentionOptions a = o.attention;
   a.d_model = o.d_model;
   a.heads = o.heads;
@@ -351,12 +343,10 @@ inline Values encoder_layer(const ParamMap& p, const std::string& prefix,
   if (a.window >= 0) m.window = a.window;
   const int64_t C = o.d_model;
   auto norm = [&](const std::string& name, const Values& v) {
-    return layer_norm(v, C, optional_param(p, prefix + name + ".weight"),
-                      optional_param(p, prefix + name + ".bias"), o.layer_norm_eps);
+    return layer_norm(v, C, optional_param(p, prefix + name + ".weight"), optional_param(p, prefix + name + ".bias"),
+                      o.layer_norm_eps);
   };
-  auto ff = [&](const Values& v) {
-    return feed_forward(p, prefix + "ff.", v, C, o.d_ff, o.activation);
-  };
+  auto ff = [&](const Values& v) { return feed_forward(p, prefix + "ff.", v, C, o.d_ff, o.activation); };
   if (o.norm_first) {
     const Values h = norm("norm1", x);
     const Values y = add(x, multi_head_attention(attn, h, h, h, B, T, T, m));
@@ -367,9 +357,8 @@ inline Values encoder_layer(const ParamMap& p, const std::string& prefix,
 }
 
 // A TransformerDecoderLayer at `prefix` on x (B,T,C) with memory (B,S,C).
-inline Values decoder_layer(const ParamMap& p, const std::string& prefix,
-                            const heed::nn::TransformerLayerOptions& o, const Values& x,
-                            const Values& memory, int64_t B, int64_t T, int64_t S,
+inline Values decoder_layer(const ParamMap& p, const std::string& prefix, const heed::nn::TransformerLayerOptions& o,
+                            const Values& x, const Values& memory, int64_t B, int64_t T, int64_t S,
                             const MaskSpec& self_mask, const MaskSpec& memory_mask) {
   heed::nn::MultiHeadAttentionOptions a = o.attention;
   a.d_model = o.d_model;
@@ -381,12 +370,10 @@ inline Values decoder_layer(const ParamMap& p, const std::string& prefix,
   if (a.window >= 0) sm.window = mm.window = a.window;
   const int64_t C = o.d_model;
   auto norm = [&](const std::string& name, const Values& v) {
-    return layer_norm(v, C, optional_param(p, prefix + name + ".weight"),
-                      optional_param(p, prefix + name + ".bias"), o.layer_norm_eps);
+    return layer_norm(v, C, optional_param(p, prefix + name + ".weight"), optional_param(p, prefix + name + ".bias"),
+                      o.layer_norm_eps);
   };
-  auto ff = [&](const Values& v) {
-    return feed_forward(p, prefix + "ff.", v, C, o.d_ff, o.activation);
-  };
+  auto ff = [&](const Values& v) { return feed_forward(p, prefix + "ff.", v, C, o.d_ff, o.activation); };
   if (o.norm_first) {
     const Values h = norm("norm1", x);
     const Values y = add(x, multi_head_attention(self_attn, h, h, h, B, T, T, sm));
@@ -395,8 +382,7 @@ inline Values decoder_layer(const ParamMap& p, const std::string& prefix,
     return add(z, ff(norm("norm3", z)));
   }
   const Values y = norm("norm1", add(x, multi_head_attention(self_attn, x, x, x, B, T, T, sm)));
-  const Values z =
-      norm("norm2", add(y, multi_head_attention(cross_attn, y, memory, memory, B, T, S, mm)));
+  const Values z = norm("norm2", add(y, multi_head_attention(cross_attn, y, memory, memory, B, T, S, mm)));
   return norm("norm3", add(z, ff(z)));
 }
 
@@ -429,8 +415,7 @@ namespace layers_testing {
 
 using layers_reference::Values;
 
-inline heed::Tensor to_tensor(const Values& v, const heed::Dims& shape,
-                              heed::DType dtype = heed::kFloat64) {
+inline heed::Tensor to_tensor(const Values& v, const heed::Dims& shape, heed::DType dtype = heed::kFloat64) {
   return heed::from_vector(v, shape, dtype);
 }
 
@@ -442,14 +427,14 @@ inline void check_close(const Values& actual, const Values& expected, double rto
   for (size_t i = 0; i < actual.size(); ++i) {
     const double err = std::fabs(actual[i] - expected[i]);
     if (!(err <= atol + rtol * std::fabs(expected[i]))) {
-      FAIL_CHECK(what << ": element " << i << " is " << actual[i] << ", expected " << expected[i]
-                      << " (|error| " << err << ")");
+      FAIL_CHECK(what << ": element " << i << " is " << actual[i] << ", expected " << expected[i] << " (|error| " << err
+                      << ")");
       return;
     }
   }
 }
-inline void check_close(const heed::Tensor& actual, const Values& expected, double rtol,
-                        double atol, const std::string& what = "") {
+inline void check_close(const heed::Tensor& actual, const Values& expected, double rtol, double atol,
+                        const std::string& what = "") {
   check_close(actual.to_vector<double>(), expected, rtol, atol, what);
 }
 

@@ -36,8 +36,7 @@ Tensor leaf(const Values& v, const Dims& shape, DType dtype = kFloat64) {
 
 // sum(out * probe) for a fixed probe: a scalar whose gradient reaches every output element.
 Tensor probe_sum(const Tensor& out, uint64_t seed) {
-  const Tensor probe = to_tensor(ref::random_values(static_cast<size_t>(out.numel()), seed),
-                                 out.shape(), out.dtype());
+  const Tensor probe = to_tensor(ref::random_values(static_cast<size_t>(out.numel()), seed), out.shape(), out.dtype());
   return sum(out * probe);
 }
 
@@ -54,8 +53,7 @@ struct Qkv {
   Tensor tq(DType dtype = kFloat64) const { return to_tensor(q, {B, H, T, D}, dtype); }
   Tensor tk(DType dtype = kFloat64) const { return to_tensor(k, {B, H, S, D}, dtype); }
   Tensor tv(DType dtype = kFloat64) const { return to_tensor(v, {B, H, S, Dv}, dtype); }
-  Values reference(const ref::MaskSpec& mask, Values* weights = nullptr,
-                   ref::ScaleSpec scale = {}) const {
+  Values reference(const ref::MaskSpec& mask, Values* weights = nullptr, ref::ScaleSpec scale = {}) const {
     return ref::attention(q, k, v, B, H, T, S, D, Dv, scale, mask, weights);
   }
 };
@@ -67,9 +65,7 @@ std::vector<bool> random_bools(size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) out[i] = r[i] > -0.33;
   return out;
 }
-Tensor bool_tensor(const std::vector<bool>& values, const Dims& shape) {
-  return from_vector(values, shape);
-}
+Tensor bool_tensor(const std::vector<bool>& values, const Dims& shape) { return from_vector(values, shape); }
 
 // The named variants of every mask kind on (B=2, H=2, T=3, S=5) scores, each with its
 // reference MaskSpec.
@@ -110,9 +106,7 @@ std::vector<MaskCase> mask_cases(int64_t B, int64_t H, int64_t T, int64_t S) {
   add_case("keep (B,1,T,S)", [&](F::AttentionMask& m, ref::MaskSpec& s) {
     const std::vector<bool> keep = random_bools(static_cast<size_t>(B * T * S), 92);
     m.keep = bool_tensor(keep, {B, 1, T, S});
-    s.keep = [keep, T, S](int64_t b, int64_t, int64_t i, int64_t j) {
-      return bool(keep[(b * T + i) * S + j]);
-    };
+    s.keep = [keep, T, S](int64_t b, int64_t, int64_t i, int64_t j) { return bool(keep[(b * T + i) * S + j]); };
   });
   add_case("additive (T,S)", [&](F::AttentionMask& m, ref::MaskSpec& s) {
     const Values add = ref::random_values(static_cast<size_t>(T * S), 93, 2.0);
@@ -142,9 +136,7 @@ std::vector<MaskCase> mask_cases(int64_t B, int64_t H, int64_t T, int64_t S) {
     m.key_padding = bool_tensor(s.key_padding, {B, S});
     const std::vector<bool> keep = random_bools(static_cast<size_t>(H * T * S), 96);
     m.keep = bool_tensor(keep, {H, T, S});
-    s.keep = [keep, T, S](int64_t, int64_t h, int64_t i, int64_t j) {
-      return bool(keep[(h * T + i) * S + j]);
-    };
+    s.keep = [keep, T, S](int64_t, int64_t h, int64_t i, int64_t j) { return bool(keep[(h * T + i) * S + j]); };
   });
   return cases;
 }
@@ -159,17 +151,16 @@ TEST_CASE("F::scaled_dot_product_attention: every mask kind against a float64 lo
     CAPTURE(c.name);
     Values want_weights;
     const Values want = data.reference(c.spec, &want_weights);
-    F::AttentionResult r =
-        F::scaled_dot_product_attention_with_weights(data.tq(), data.tk(), data.tv(), c.mask);
+    F::AttentionResult r = F::scaled_dot_product_attention_with_weights(data.tq(), data.tk(), data.tv(), c.mask);
     CHECK(r.output.shape() == Dims{2, 2, 3, 3});
     CHECK(r.weights.shape() == Dims{2, 2, 3, 5});
     check_close(r.output, want, 1e-12, 1e-12, "output float64");
     check_close(r.weights, want_weights, 1e-12, 1e-12, "weights float64");
-    check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), c.mask), want,
-                1e-12, 1e-12, "output-only path");
+    check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), c.mask), want, 1e-12, 1e-12,
+                "output-only path");
     // float32 inputs (the masks keep their own dtypes).
-    F::AttentionResult r32 = F::scaled_dot_product_attention_with_weights(
-        data.tq(kFloat32), data.tk(kFloat32), data.tv(kFloat32), c.mask);
+    F::AttentionResult r32 =
+        F::scaled_dot_product_attention_with_weights(data.tq(kFloat32), data.tk(kFloat32), data.tv(kFloat32), c.mask);
     CHECK(r32.output.dtype() == kFloat32);
     check_close(r32.output, want, 1e-5, 1e-5, "output float32");
     check_close(r32.weights, want_weights, 1e-5, 1e-6, "weights float32");
@@ -199,28 +190,22 @@ TEST_CASE("F::attention_keep_mask: undefined when nothing masks, broadcastable b
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t h = 0; h < 3; ++h)
       for (int64_t i = 0; i < 4; ++i)
-        for (int64_t j = 0; j < 5; ++j)
-          CHECK(v[((b * 3 + h) * 4 + i) * 5 + j] == spec.allowed(b, h, i, j, 4, 5));
+        for (int64_t j = 0; j < 5; ++j) CHECK(v[((b * 3 + h) * 4 + i) * 5 + j] == spec.allowed(b, h, i, j, 4, 5));
   m.key_lengths = from_vector(std::vector<int64_t>{5, 2, 1}, {3});
-  expect_error([&] { F::attention_keep_mask(m, scores, kCPU, "MyLayer"); },
-               {"heed::MyLayer", "key_lengths", "[3]"});
+  expect_error([&] { F::attention_keep_mask(m, scores, kCPU, "MyLayer"); }, {"heed::MyLayer", "key_lengths", "[3]"});
 }
 
 TEST_CASE("F::scaled_dot_product_attention: gradcheck of q, k, v for every mask kind") {
   const Qkv data(2, 2, 3, 5, 2, 2, 200);
   for (const MaskCase& c : mask_cases(2, 2, 3, 5)) {
     CAPTURE(c.name);
-    Tensor q = leaf(data.q, {2, 2, 3, 2}), k = leaf(data.k, {2, 2, 5, 2}),
-           v = leaf(data.v, {2, 2, 5, 2});
+    Tensor q = leaf(data.q, {2, 2, 3, 2}), k = leaf(data.k, {2, 2, 5, 2}), v = leaf(data.v, {2, 2, 5, 2});
     expect_gradcheck(
-        [&](const std::vector<Tensor>& in) {
-          return F::scaled_dot_product_attention(in[0], in[1], in[2], c.mask);
-        },
+        [&](const std::vector<Tensor>& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], c.mask); },
         {q, k, v});
   }
   // The additive mask is differentiable too.
-  Tensor q = leaf(data.q, {2, 2, 3, 2}), k = leaf(data.k, {2, 2, 5, 2}),
-         v = leaf(data.v, {2, 2, 5, 2});
+  Tensor q = leaf(data.q, {2, 2, 3, 2}), k = leaf(data.k, {2, 2, 5, 2}), v = leaf(data.v, {2, 2, 5, 2});
   Tensor bias = leaf(ref::random_values(15, 201), {3, 5});
   expect_gradcheck(
       [&](const std::vector<Tensor>& in) {
@@ -232,8 +217,7 @@ TEST_CASE("F::scaled_dot_product_attention: gradcheck of q, k, v for every mask 
       {q, k, v, bias});
 }
 
-TEST_CASE(
-    "F::scaled_dot_product_attention: scale, is_causal, ranks, broadcasting, non-contiguous") {
+TEST_CASE("F::scaled_dot_product_attention: scale, is_causal, ranks, broadcasting, non-contiguous") {
   const Qkv data(1, 2, 4, 4, 3, 2, 300);
   ref::MaskSpec causal;
   causal.causal = true;
@@ -243,12 +227,11 @@ TEST_CASE(
     fixed.fixed = 0.7;
     check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), {}, 0.0, 0.7),
                 data.reference({}, nullptr, fixed), 1e-12, 1e-12, "scale 0.7");
-    check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv()),
-                data.reference({}), 1e-12, 1e-12, "default scale");
+    check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv()), data.reference({}), 1e-12, 1e-12,
+                "default scale");
   }
   SUBCASE("is_causal equals mask.causal") {
-    check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), {}, 0.0,
-                                                std::nullopt, true),
+    check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), {}, 0.0, std::nullopt, true),
                 data.reference(causal), 1e-12, 1e-12, "is_causal");
   }
   SUBCASE("causal with fewer queries than keys is bottom-right aligned") {
@@ -258,15 +241,12 @@ TEST_CASE(
     Tensor last_two = data.tq().narrow(2, 2, 2);
     const Values full = data.reference(causal);
     Values want;
-    for (int h = 0; h < 2; ++h)
-      want.insert(want.end(), full.begin() + (h * 4 + 2) * 2, full.begin() + (h * 4 + 4) * 2);
-    check_close(F::scaled_dot_product_attention(last_two, data.tk(), data.tv(), m), want, 1e-12,
-                1e-12, "bottom-right");
+    for (int h = 0; h < 2; ++h) want.insert(want.end(), full.begin() + (h * 4 + 2) * 2, full.begin() + (h * 4 + 4) * 2);
+    check_close(F::scaled_dot_product_attention(last_two, data.tk(), data.tv(), m), want, 1e-12, 1e-12, "bottom-right");
   }
   SUBCASE("3-D and 2-D inputs") {
     Tensor q3 = data.tq().select(0, 0), k3 = data.tk().select(0, 0), v3 = data.tv().select(0, 0);
-    check_close(F::scaled_dot_product_attention(q3, k3, v3), data.reference({}), 1e-12, 1e-12,
-                "3-D");
+    check_close(F::scaled_dot_product_attention(q3, k3, v3), data.reference({}), 1e-12, 1e-12, "3-D");
     const Values full = data.reference({});
     check_close(F::scaled_dot_product_attention(q3.select(0, 1), k3.select(0, 1), v3.select(0, 1)),
                 Values(full.begin() + 8, full.end()), 1e-12, 1e-12, "2-D");
@@ -279,8 +259,7 @@ TEST_CASE(
     const Values want = ref::attention(data.q, k_rep, v_rep, 1, 2, 4, 4, 3, 2, {}, causal);
     F::AttentionMask m;
     m.causal = true;
-    check_close(F::scaled_dot_product_attention(data.tq(), k1, v1, m), want, 1e-12, 1e-12,
-                "broadcast");
+    check_close(F::scaled_dot_product_attention(data.tq(), k1, v1, m), want, 1e-12, 1e-12, "broadcast");
   }
   SUBCASE("non-contiguous q, k, v") {
     // Stored as (B, T, H, D) and transposed to (B, H, T, D), as multi-head code does.
@@ -297,13 +276,11 @@ TEST_CASE(
     REQUIRE_FALSE(q.is_contiguous());
     F::AttentionMask m;
     m.causal = true;
-    check_close(F::scaled_dot_product_attention(q, k, v, m), data.reference(causal), 1e-12, 1e-12,
-                "non-contiguous");
+    check_close(F::scaled_dot_product_attention(q, k, v, m), data.reference(causal), 1e-12, 1e-12, "non-contiguous");
   }
 }
 
-TEST_CASE(
-    "F::scaled_dot_product_attention: fully masked rows give zeros, never NaN, in every dtype") {
+TEST_CASE("F::scaled_dot_product_attention: fully masked rows give zeros, never NaN, in every dtype") {
   const Qkv data(2, 1, 3, 4, 2, 2, 400);
   // Batch 0: key_lengths 0 masks every key. Batch 1: a keep mask empties query row 1 and an
   // additive -inf row empties query row 2; row 0 is ordinary.
@@ -317,12 +294,8 @@ TEST_CASE(
   mask.additive = to_tensor(additive, {2, 1, 3, 4});
   ref::MaskSpec spec;
   spec.key_lengths = {0, 4};
-  spec.keep = [keep](int64_t b, int64_t, int64_t i, int64_t j) {
-    return bool(keep[(b * 3 + i) * 4 + j]);
-  };
-  spec.additive = [additive](int64_t b, int64_t, int64_t i, int64_t j) {
-    return additive[(b * 3 + i) * 4 + j];
-  };
+  spec.keep = [keep](int64_t b, int64_t, int64_t i, int64_t j) { return bool(keep[(b * 3 + i) * 4 + j]); };
+  spec.additive = [additive](int64_t b, int64_t, int64_t i, int64_t j) { return additive[(b * 3 + i) * 4 + j]; };
   // Rows (b=0, all i), (b=1, i=1), (b=1, i=2) are empty.
   auto row_is_masked = [](int64_t b, int64_t i) { return b == 0 || i >= 1; };
   for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
@@ -345,12 +318,8 @@ TEST_CASE(
           for (int64_t d = 0; d < 2; ++d) CHECK(out[(b * 3 + i) * 2 + d] == 0.0);
       }
     // The reference on the inputs as rounded to `dtype`; the output is rounded once more.
-    const Values want =
-        ref::attention(ref::values(q), ref::values(k), ref::values(v), 2, 1, 3, 4, 2, 2, {}, spec);
-    const double tol = dtype == kFloat64   ? 1e-12
-                       : dtype == kFloat32 ? 1e-5
-                       : dtype == kFloat16 ? 2e-3
-                                           : 1e-2;
+    const Values want = ref::attention(ref::values(q), ref::values(k), ref::values(v), 2, 1, 3, 4, 2, 2, {}, spec);
+    const double tol = dtype == kFloat64 ? 1e-12 : dtype == kFloat32 ? 1e-5 : dtype == kFloat16 ? 2e-3 : 1e-2;
     check_close(out, want, tol, tol, "output");
     probe_sum(r.output.to(kFloat64), 7).backward();
     for (const Tensor* t : {&q, &k, &v}) {
@@ -364,34 +333,27 @@ TEST_CASE(
           for (int64_t d = 0; d < 2; ++d) CHECK(gq[(b * 3 + i) * 2 + d] == 0.0);
   }
   // And the float64 gradients of such a problem pass gradcheck.
-  Tensor q = leaf(data.q, {2, 1, 3, 2}), k = leaf(data.k, {2, 1, 4, 2}),
-         v = leaf(data.v, {2, 1, 4, 2});
+  Tensor q = leaf(data.q, {2, 1, 3, 2}), k = leaf(data.k, {2, 1, 4, 2}), v = leaf(data.v, {2, 1, 4, 2});
   expect_gradcheck(
-      [&](const std::vector<Tensor>& in) {
-        return F::scaled_dot_product_attention(in[0], in[1], in[2], mask);
-      },
+      [&](const std::vector<Tensor>& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], mask); },
       {q, k, v});
 }
 
-TEST_CASE(
-    "F::scaled_dot_product_attention: causal with more queries than keys masks the first rows") {
+TEST_CASE("F::scaled_dot_product_attention: causal with more queries than keys masks the first rows") {
   // T = 4, S = 2: query i sits at i - 2, so queries 0 and 1 see no key.
   const Qkv data(1, 1, 4, 2, 2, 2, 450);
   F::AttentionMask m;
   m.causal = true;
   ref::MaskSpec spec;
   spec.causal = true;
-  Tensor q = leaf(data.q, {1, 1, 4, 2}), k = leaf(data.k, {1, 1, 2, 2}),
-         v = leaf(data.v, {1, 1, 2, 2});
+  Tensor q = leaf(data.q, {1, 1, 4, 2}), k = leaf(data.k, {1, 1, 2, 2}), v = leaf(data.v, {1, 1, 2, 2});
   Tensor out = F::scaled_dot_product_attention(q, k, v, m);
   const Values want = data.reference(spec);
   check_close(out, want, 1e-12, 1e-12, "output");
   CHECK(want[0] == 0.0);
   CHECK(want[3] == 0.0);
   expect_gradcheck(
-      [&](const std::vector<Tensor>& in) {
-        return F::scaled_dot_product_attention(in[0], in[1], in[2], m);
-      },
+      [&](const std::vector<Tensor>& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], m); },
       {q, k, v});
 }
 
@@ -399,8 +361,7 @@ TEST_CASE("F::scaled_dot_product_attention: attention dropout is seeded and drop
   const Qkv data(2, 2, 3, 4, 3, 2, 500);
   const double p = 0.4;
   manual_seed(11);
-  F::AttentionResult r =
-      F::scaled_dot_product_attention_with_weights(data.tq(), data.tk(), data.tv(), {}, p);
+  F::AttentionResult r = F::scaled_dot_product_attention_with_weights(data.tq(), data.tk(), data.tv(), {}, p);
   manual_seed(11);
   Tensor again = F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), {}, p);
   // The fused path draws the same mask; only the summation order differs.
@@ -423,15 +384,14 @@ TEST_CASE("F::scaled_dot_product_attention: attention dropout is seeded and drop
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t j = 0; j < 4; ++j)
         for (int64_t d = 0; d < 2; ++d)
-          want[(n * 3 + i) * 2 + d] += w[(n * 3 + i) * 4 + j] * keep_scale[(n * 3 + i) * 4 + j] *
-                                       data.v[(n * 4 + j) * 2 + d];
+          want[(n * 3 + i) * 2 + d] +=
+              w[(n * 3 + i) * 4 + j] * keep_scale[(n * 3 + i) * 4 + j] * data.v[(n * 4 + j) * 2 + d];
   check_close(r.output, want, 1e-12, 1e-12, "dropped output");
   CHECK(ref::max_abs_diff(ref::values(r.output), data.reference({})) > 1e-3);
   // p = 0 is the plain attention.
-  check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), {}, 0.0),
-              data.reference({}), 1e-12, 1e-12, "p = 0");
-  Tensor q = leaf(data.q, {2, 2, 3, 3}), k = leaf(data.k, {2, 2, 4, 3}),
-         v = leaf(data.v, {2, 2, 4, 2});
+  check_close(F::scaled_dot_product_attention(data.tq(), data.tk(), data.tv(), {}, 0.0), data.reference({}), 1e-12,
+              1e-12, "p = 0");
+  Tensor q = leaf(data.q, {2, 2, 3, 3}), k = leaf(data.k, {2, 2, 4, 3}), v = leaf(data.v, {2, 2, 4, 2});
   expect_gradcheck(
       [&](const std::vector<Tensor>& in) {
         manual_seed(12);
@@ -443,8 +403,7 @@ TEST_CASE("F::scaled_dot_product_attention: attention dropout is seeded and drop
 TEST_CASE("F::scaled_dot_product_attention: misuse names the op, the mask and the shapes") {
   const char* op = "heed::scaled_dot_product_attention";
   Tensor q = zeros({2, 3, 4}), k = zeros({2, 5, 4}), v = zeros({2, 5, 6});
-  auto sdpa = [](const Tensor& a, const Tensor& b, const Tensor& c,
-                 const F::AttentionMask& m = {}) {
+  auto sdpa = [](const Tensor& a, const Tensor& b, const Tensor& c, const F::AttentionMask& m = {}) {
     return F::scaled_dot_product_attention(a, b, c, m);
   };
   expect_error([&] { sdpa(zeros({3, 4}, kInt64), k, v); }, {op});
@@ -507,9 +466,8 @@ ref::ScaleSpec scale_spec_of(const nn::AttentionScaling& scaling, double fixed =
   return s;
 }
 
-const AttentionScale kAllScales[] = {AttentionScale::SqrtDk, AttentionScale::None,
-                                     AttentionScale::Fixed,  AttentionScale::Learnable,
-                                     AttentionScale::Affine, AttentionScale::Cosine};
+const AttentionScale kAllScales[] = {AttentionScale::SqrtDk,    AttentionScale::None,   AttentionScale::Fixed,
+                                     AttentionScale::Learnable, AttentionScale::Affine, AttentionScale::Cosine};
 
 }  // namespace
 
@@ -518,8 +476,7 @@ TEST_CASE("AttentionScaling: names, parameters and their initial values") {
                            AttentionScale::Affine, AttentionScale::Cosine})
     CHECK(nn::parse_attention_scale(nn::attention_scale_name(s)) == s);
   CHECK(std::string(nn::attention_scale_name(AttentionScale::Fixed)) == "fixed");
-  expect_error([] { nn::parse_attention_scale("sqrt_dmodel"); },
-               {"heed::parse_attention_scale", "sqrt_dmodel"});
+  expect_error([] { nn::parse_attention_scale("sqrt_dmodel"); }, {"heed::parse_attention_scale", "sqrt_dmodel"});
 
   const int64_t d_k = 16, H = 3;
   nn::AttentionScaling learnable(AttentionScale::Learnable, d_k, H);
@@ -535,12 +492,9 @@ TEST_CASE("AttentionScaling: names, parameters and their initial values") {
   for (AttentionScale s : {AttentionScale::SqrtDk, AttentionScale::None})
     CHECK(nn::AttentionScaling(s, d_k, H).parameters().empty());
 
-  CHECK(nn::AttentionScaling(AttentionScale::SqrtDk, d_k, H).effective_scale() ==
-        std::vector<double>(H, 0.25));
-  CHECK(nn::AttentionScaling(AttentionScale::None, d_k, H).effective_scale() ==
-        std::vector<double>(H, 1.0));
-  CHECK(nn::AttentionScaling(AttentionScale::Fixed, d_k, H, 0.125).effective_scale() ==
-        std::vector<double>(H, 0.125));
+  CHECK(nn::AttentionScaling(AttentionScale::SqrtDk, d_k, H).effective_scale() == std::vector<double>(H, 0.25));
+  CHECK(nn::AttentionScaling(AttentionScale::None, d_k, H).effective_scale() == std::vector<double>(H, 1.0));
+  CHECK(nn::AttentionScaling(AttentionScale::Fixed, d_k, H, 0.125).effective_scale() == std::vector<double>(H, 0.125));
   perturb_scale_parameters(affine, 5);
   const Values a = ref::values(affine.alpha), b = ref::values(affine.beta);
   const std::vector<double> eff = affine.effective_scale();
@@ -548,12 +502,9 @@ TEST_CASE("AttentionScaling: names, parameters and their initial values") {
   CHECK(learnable.effective_scale()[1] == doctest::Approx(0.25));
   CHECK(cosine.effective_scale()[2] == doctest::Approx(4.0));
 
-  expect_error([] { nn::AttentionScaling(AttentionScale::Fixed, 4, 1, 0.0); },
-               {"heed::AttentionScaling", "fixed"});
-  expect_error([] { nn::AttentionScaling(AttentionScale::Fixed, 4, 1, NAN); },
-               {"heed::AttentionScaling"});
-  expect_error([] { nn::AttentionScaling(AttentionScale::SqrtDk, 0, 1); },
-               {"heed::AttentionScaling"});
+  expect_error([] { nn::AttentionScaling(AttentionScale::Fixed, 4, 1, 0.0); }, {"heed::AttentionScaling", "fixed"});
+  expect_error([] { nn::AttentionScaling(AttentionScale::Fixed, 4, 1, NAN); }, {"heed::AttentionScaling"});
+  expect_error([] { nn::AttentionScaling(AttentionScale::SqrtDk, 0, 1); }, {"heed::AttentionScaling"});
 }
 
 TEST_CASE(
@@ -580,19 +531,17 @@ TEST_CASE(
     CHECK_FALSE(attn.forward(q, k, v, m).weights.defined());
     std::vector<Tensor> inputs{q, k, v};
     for (const Tensor& p : attn.parameters()) inputs.push_back(p);
-    CHECK(inputs.size() ==
-          3 + (mode == AttentionScale::Affine                                        ? 2
-               : mode == AttentionScale::Learnable || mode == AttentionScale::Cosine ? 1
-                                                                                     : 0));
-    expect_gradcheck(
-        [&](const std::vector<Tensor>& in) { return attn.forward(in[0], in[1], in[2], m).output; },
-        inputs);
+    CHECK(inputs.size() == 3 + (mode == AttentionScale::Affine                                        ? 2
+                                : mode == AttentionScale::Learnable || mode == AttentionScale::Cosine ? 1
+                                                                                                      : 0));
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return attn.forward(in[0], in[1], in[2], m).output; },
+                     inputs);
     // float32 module and inputs.
     attn.to(kFloat32);
-    check_close(attn.forward(data.tq(kFloat32).select(1, 0), data.tk(kFloat32).select(1, 0),
-                             data.tv(kFloat32).select(1, 0), m)
-                    .output,
-                want, 1e-5, 1e-5, "float32");
+    check_close(
+        attn.forward(data.tq(kFloat32).select(1, 0), data.tk(kFloat32).select(1, 0), data.tv(kFloat32).select(1, 0), m)
+            .output,
+        want, 1e-5, 1e-5, "float32");
   }
 }
 
@@ -608,24 +557,16 @@ TEST_CASE("ScaledDotProductAttention: misuse") {
       {"heed::ScaledDotProductAttention", "d_k = 4", "[1, 2, 8]"});
   // The scaling module checks its inputs too: per-head parameters need a heads dim.
   nn::AttentionScaling learnable(AttentionScale::Learnable, 4, 3);
-  expect_error(
-      [&] {
-        learnable.apply(zeros({2, 5, 4}), zeros({2, 5, 4}));
-      },
-      {"heed::AttentionScaling", "3 heads"});
-  expect_error(
-      [&] {
-        learnable.apply(zeros({1, 3, 5, 2}), zeros({1, 3, 5, 2}));
-      },
-      {"heed::AttentionScaling"});
+  expect_error([&] { learnable.apply(zeros({2, 5, 4}), zeros({2, 5, 4})); }, {"heed::AttentionScaling", "3 heads"});
+  expect_error([&] { learnable.apply(zeros({1, 3, 5, 2}), zeros({1, 3, 5, 2})); }, {"heed::AttentionScaling"});
 }
 
 // ---- MultiHeadAttention ----------------------------------------------------------------------
 
 namespace {
 
-nn::MultiHeadAttentionOptions mha_options(int64_t C, int64_t H, ProjectionLayout layout,
-                                          bool shared_kv, bool bias = true) {
+nn::MultiHeadAttentionOptions mha_options(int64_t C, int64_t H, ProjectionLayout layout, bool shared_kv,
+                                          bool bias = true) {
   nn::MultiHeadAttentionOptions o;
   o.d_model = C;
   o.heads = H;
@@ -663,20 +604,15 @@ TEST_CASE("MultiHeadAttention: parameter names and shapes of each layout") {
     return out;
   };
   using V = std::vector<std::string>;
-  CHECK(names_and_shapes(
-            nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::Separate, false))) ==
-        V{"q_proj.weight[8, 8]", "q_proj.bias[8]", "k_proj.weight[8, 8]", "k_proj.bias[8]",
-          "v_proj.weight[8, 8]", "v_proj.bias[8]", "out_proj.weight[8, 8]", "out_proj.bias[8]"});
-  CHECK(names_and_shapes(
-            nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::Separate, true))) ==
-        V{"q_proj.weight[8, 8]", "q_proj.bias[8]", "kv_proj.weight[8, 8]", "kv_proj.bias[8]",
-          "out_proj.weight[8, 8]", "out_proj.bias[8]"});
-  CHECK(names_and_shapes(
-            nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::FusedQKV, false))) ==
-        V{"qkv_proj.weight[24, 8]", "qkv_proj.bias[24]", "out_proj.weight[8, 8]",
+  CHECK(names_and_shapes(nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::Separate, false))) ==
+        V{"q_proj.weight[8, 8]", "q_proj.bias[8]", "k_proj.weight[8, 8]", "k_proj.bias[8]", "v_proj.weight[8, 8]",
+          "v_proj.bias[8]", "out_proj.weight[8, 8]", "out_proj.bias[8]"});
+  CHECK(names_and_shapes(nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::Separate, true))) ==
+        V{"q_proj.weight[8, 8]", "q_proj.bias[8]", "kv_proj.weight[8, 8]", "kv_proj.bias[8]", "out_proj.weight[8, 8]",
           "out_proj.bias[8]"});
-  CHECK(names_and_shapes(
-            nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::FusedQKV, true, false))) ==
+  CHECK(names_and_shapes(nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::FusedQKV, false))) ==
+        V{"qkv_proj.weight[24, 8]", "qkv_proj.bias[24]", "out_proj.weight[8, 8]", "out_proj.bias[8]"});
+  CHECK(names_and_shapes(nn::MultiHeadAttention(mha_options(C, H, ProjectionLayout::FusedQKV, true, false))) ==
         V{"qkv_proj.weight[16, 8]", "out_proj.weight[8, 8]"});
   nn::MultiHeadAttention per_head(mha_options(C, H, ProjectionLayout::PerHead, false));
   const V per_head_names = names_and_shapes(per_head);
@@ -696,8 +632,7 @@ TEST_CASE("MultiHeadAttention: parameter names and shapes of each layout") {
   CHECK(learnable.d_head() == 4);
 }
 
-TEST_CASE(
-    "MultiHeadAttention: every layout, shared K/V and bias against loops over its own weights") {
+TEST_CASE("MultiHeadAttention: every layout, shared K/V and bias against loops over its own weights") {
   const int64_t B = 2, T = 3, S = 5, C = 6, H = 3;
   const Values x = ref::random_values(B * T * C, 700);
   const Values mem = ref::random_values(B * S * C, 701);
@@ -730,23 +665,20 @@ TEST_CASE(
     F::AttentionMask lengths_mask;
     lengths_mask.key_lengths = from_vector(lengths.key_lengths, {B});
     const Values want_cross = ref::multi_head_attention(w, x, mem, mem2, B, T, S, lengths);
-    check_close(mha.forward(xt, to_tensor(mem, {B, S, C}, kFloat32),
-                            to_tensor(mem2, {B, S, C}, kFloat32), lengths_mask)
-                    .output,
-                want_cross, 1e-5, 1e-5, "cross float32");
+    check_close(
+        mha.forward(xt, to_tensor(mem, {B, S, C}, kFloat32), to_tensor(mem2, {B, S, C}, kFloat32), lengths_mask).output,
+        want_cross, 1e-5, 1e-5, "cross float32");
     // The same in float64, tightly.
     mha.to(kFloat64);
-    check_close(mha.forward(to_tensor(x, {B, T, C}), mask).output, want, 1e-12, 1e-12,
-                "self float64");
-    check_close(mha.forward(to_tensor(x, {B, T, C}), to_tensor(mem, {B, S, C}),
-                            to_tensor(mem2, {B, S, C}), lengths_mask)
-                    .output,
-                want_cross, 1e-12, 1e-12, "cross float64");
+    check_close(mha.forward(to_tensor(x, {B, T, C}), mask).output, want, 1e-12, 1e-12, "self float64");
+    check_close(
+        mha.forward(to_tensor(x, {B, T, C}), to_tensor(mem, {B, S, C}), to_tensor(mem2, {B, S, C}), lengths_mask)
+            .output,
+        want_cross, 1e-12, 1e-12, "cross float64");
   }
 }
 
-TEST_CASE(
-    "MultiHeadAttention: gradcheck for every layout and shared K/V (inputs and all parameters)") {
+TEST_CASE("MultiHeadAttention: gradcheck for every layout and shared K/V (inputs and all parameters)") {
   const int64_t B = 1, T = 3, C = 4, H = 2;
   for (const LayoutCase& lc : kLayouts) {
     CAPTURE(layout_name(lc));
@@ -759,16 +691,12 @@ TEST_CASE(
     for (const Tensor& p : mha.parameters()) inputs.push_back(p);
     F::AttentionMask causal;
     causal.causal = true;
-    expect_gradcheck(
-        [&](const std::vector<Tensor>& in) { return mha.forward(in[0], causal).output; }, inputs);
-    expect_gradcheck(
-        [&](const std::vector<Tensor>& in) { return mha.forward(in[0], in[1], in[1]).output; },
-        inputs);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return mha.forward(in[0], causal).output; }, inputs);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return mha.forward(in[0], in[1], in[1]).output; }, inputs);
   }
 }
 
-TEST_CASE(
-    "MultiHeadAttention: every scale mode through the module, gradcheck of the scale parameters") {
+TEST_CASE("MultiHeadAttention: every scale mode through the module, gradcheck of the scale parameters") {
   const int64_t B = 1, T = 3, C = 4, H = 2;
   const Values x = ref::random_values(B * T * C, 720, 2.0);
   for (AttentionScale mode : kAllScales) {
@@ -784,14 +712,13 @@ TEST_CASE(
     causal.causal = true;
     F::AttentionMask m;
     m.causal = true;
-    const Values want = ref::multi_head_attention(ref::mha_weights(ref::params_of(mha), "", o), x,
-                                                  x, x, B, T, T, causal);
+    const Values want =
+        ref::multi_head_attention(ref::mha_weights(ref::params_of(mha), "", o), x, x, x, B, T, T, causal);
     check_close(mha.forward(to_tensor(x, {B, T, C}), m).output, want, 1e-12, 1e-12, "forward");
     // Gradcheck the input and the scale parameters (the projections are covered above).
     std::vector<Tensor> inputs{leaf(x, {B, T, C})};
     for (const Tensor& p : mha.scaling->parameters()) inputs.push_back(p);
-    expect_gradcheck([&](const std::vector<Tensor>& in) { return mha.forward(in[0], m).output; },
-                     inputs);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return mha.forward(in[0], m).output; }, inputs);
   }
 }
 
@@ -807,8 +734,7 @@ TEST_CASE("MultiHeadAttention: the scale is 1/sqrt(d_head), read back from the r
   F::AttentionResult r = mha.forward(to_tensor(x, {1, T, C}), {}, true);
   const Values weights = ref::values(r.weights);  // (1,H,T,T)
   for (int64_t h = 0; h < H; ++h) {
-    const Values q = ref::linear(x, C, w.wq[h], w.bq[h], 4),
-                 k = ref::linear(x, C, w.wk[h], w.bk[h], 4);
+    const Values q = ref::linear(x, C, w.wq[h], w.bq[h], 4), k = ref::linear(x, C, w.wk[h], w.bk[h], 4);
     for (int64_t i = 0; i < T; ++i)
       for (int64_t j = 1; j < T; ++j) {
         // log w_ij - log w_i0 = scale * (q_i.k_j - q_i.k_0)
@@ -819,15 +745,13 @@ TEST_CASE("MultiHeadAttention: the scale is 1/sqrt(d_head), read back from the r
         }
         if (std::fabs(dot_j - dot_0) < 1e-3) continue;
         const double scale =
-            (std::log(weights[(h * T + i) * T + j]) - std::log(weights[(h * T + i) * T])) /
-            (dot_j - dot_0);
+            (std::log(weights[(h * T + i) * T + j]) - std::log(weights[(h * T + i) * T])) / (dot_j - dot_0);
         CHECK(scale == doctest::Approx(0.5).epsilon(1e-9));
       }
   }
   CHECK(mha.scaling->effective_scale() == std::vector<double>(H, 0.5));
-  expect_error(
-      [] { nn::MultiHeadAttention(mha_options(10, 4, ProjectionLayout::Separate, false)); },
-      {"heed::MultiHeadAttention", "divisible"});
+  expect_error([] { nn::MultiHeadAttention(mha_options(10, 4, ProjectionLayout::Separate, false)); },
+               {"heed::MultiHeadAttention", "divisible"});
   expect_error([] { nn::MultiHeadAttention(mha_options(10, 4, ProjectionLayout::PerHead, false)); },
                {"heed::MultiHeadAttention", "10", "4"});
   expect_error([] { nn::MultiHeadAttention(mha_options(8, 0, ProjectionLayout::FusedQKV, false)); },
@@ -847,8 +771,8 @@ TEST_CASE("MultiHeadAttention: local window attention") {
     ref::MaskSpec spec;
     spec.window = window;
     Values want_weights;
-    const Values want = ref::multi_head_attention(ref::mha_weights(ref::params_of(mha), "", o), x,
-                                                  x, x, B, T, T, spec, &want_weights);
+    const Values want =
+        ref::multi_head_attention(ref::mha_weights(ref::params_of(mha), "", o), x, x, x, B, T, T, spec, &want_weights);
     F::AttentionResult r = mha.forward(to_tensor(x, {B, T, C}), {}, true);
     check_close(r.output, want, 1e-12, 1e-12, "output");
     check_close(r.weights, want_weights, 1e-12, 1e-12, "weights");
@@ -859,9 +783,8 @@ TEST_CASE("MultiHeadAttention: local window attention") {
     if (window == 1) {
       F::AttentionMask causal;
       causal.causal = true;
-      expect_gradcheck(
-          [&](const std::vector<Tensor>& in) { return mha.forward(in[0], causal).output; },
-          {leaf(x, {B, T, C})});
+      expect_gradcheck([&](const std::vector<Tensor>& in) { return mha.forward(in[0], causal).output; },
+                       {leaf(x, {B, T, C})});
     }
   }
 }
@@ -878,11 +801,9 @@ TEST_CASE("MultiHeadAttention: causal masking leaks nothing from future tokens")
     Values changed = x;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = cut; t < T; ++t)
-        for (int64_t c = 0; c < C; ++c)
-          changed[(b * T + t) * C + c] += 10.0 * std::sin(double(t + c));
+        for (int64_t c = 0; c < C; ++c) changed[(b * T + t) * C + c] += 10.0 * std::sin(double(t + c));
     const Values a = ref::values(mha.forward(to_tensor(x, {B, T, C}, kFloat32), causal).output);
-    const Values b =
-        ref::values(mha.forward(to_tensor(changed, {B, T, C}, kFloat32), causal).output);
+    const Values b = ref::values(mha.forward(to_tensor(changed, {B, T, C}, kFloat32), causal).output);
     for (int64_t bb = 0; bb < B; ++bb)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t c = 0; c < C; ++c) {
@@ -913,9 +834,8 @@ TEST_CASE("MultiHeadAttention: attention dropout is seeded, and off in eval mode
   manual_seed(4);
   const Values b = ref::values(mha.forward(x).output);
   CHECK(a == b);
-  const Values want =
-      ref::multi_head_attention(ref::mha_weights(ref::params_of(mha), "", o), ref::values(x),
-                                ref::values(x), ref::values(x), B, T, T, {});
+  const Values want = ref::multi_head_attention(ref::mha_weights(ref::params_of(mha), "", o), ref::values(x),
+                                                ref::values(x), ref::values(x), B, T, T, {});
   CHECK(ref::max_abs_diff(a, want) > 1e-3);
   mha.eval();
   CHECK_FALSE(mha.out_proj->is_training());
@@ -944,28 +864,16 @@ TEST_CASE("MultiHeadAttention: misuse names the layer and the shapes") {
   const char* name = "heed::MultiHeadAttention";
   expect_error([&] { mha.forward(zeros({3, 8})); }, {name, "[3, 8]"});
   expect_error([&] { mha.forward(zeros({1, 3, 6})); }, {name, "[1, 3, 6]"});
-  expect_error(
-      [&] {
-        mha.forward(zeros({1, 3, 8}), zeros({2, 4, 8}), zeros({2, 4, 8}));
-      },
-      {name, "batch"});
+  expect_error([&] { mha.forward(zeros({1, 3, 8}), zeros({2, 4, 8}), zeros({2, 4, 8})); }, {name, "batch"});
   expect_error([&] { mha.forward(zeros({1, 3, 8}), zeros({1, 4, 8}), zeros({1, 5, 8})); }, {name});
   expect_error([&] { mha.forward(zeros({1, 3, 8}), zeros({1, 4, 7}), zeros({1, 4, 8})); }, {name});
   expect_error([&] { mha.forward(zeros({1, 3, 8}), Tensor(), Tensor()); }, {name});
   F::AttentionMask m;
   m.key_padding = zeros({1, 4}, kBool);
-  expect_error(
-      [&] {
-        mha.forward(zeros({1, 3, 8}), m);
-      },
-      {"heed::scaled_dot_product_attention", "key_padding"});
+  expect_error([&] { mha.forward(zeros({1, 3, 8}), m); }, {"heed::scaled_dot_product_attention", "key_padding"});
   m = {};
   m.key_lengths = from_vector(std::vector<int64_t>{4}, {1});
-  expect_error(
-      [&] {
-        mha.forward(zeros({1, 3, 8}), m);
-      },
-      {"heed::scaled_dot_product_attention", "key_lengths"});
+  expect_error([&] { mha.forward(zeros({1, 3, 8}), m); }, {"heed::scaled_dot_product_attention", "key_lengths"});
   auto with_dropout = mha_options(8, 2, ProjectionLayout::Separate, false);
   with_dropout.dropout = 1.0;
   expect_error([&] { nn::MultiHeadAttention bad(with_dropout); }, {name, "dropout"});
@@ -994,8 +902,7 @@ TEST_CASE(
       Tensor xt = to_tensor(x, {B, T, C}, kFloat32);
       const Values full = ref::values(mha.forward(xt, causal).output);
       for (const std::vector<int64_t>& chunks :
-           {std::vector<int64_t>(T, 1), std::vector<int64_t>{3, 2, 2},
-            std::vector<int64_t>{1, 4, 1, 1}}) {
+           {std::vector<int64_t>(T, 1), std::vector<int64_t>{3, 2, 2}, std::vector<int64_t>{1, 4, 1, 1}}) {
         nn::KVCache cache;
         Values stepped;
         int64_t done = 0;
@@ -1015,8 +922,7 @@ TEST_CASE(
         for (int64_t n : chunks) {
           for (int64_t b = 0; b < B; ++b)
             for (int64_t t = 0; t < n; ++t)
-              for (int64_t c = 0; c < C; ++c)
-                reordered[((b * T) + start + t) * C + c] = stepped[pos++];
+              for (int64_t c = 0; c < C; ++c) reordered[((b * T) + start + t) * C + c] = stepped[pos++];
           start += n;
         }
         check_close(reordered, full, 1e-5, 1e-5, "cached decoding");
@@ -1040,8 +946,7 @@ TEST_CASE("MultiHeadAttention: static cross-attention cache and KVCache::reorder
   for (int64_t t = 0; t < T; ++t) {
     // After the first step the memory argument is not projected again: pass zeros to prove it.
     Tensor mem_arg = t == 0 ? memory : zeros({B, S, C});
-    const Values ov = ref::values(
-        mha.forward(x.narrow(1, t, 1), mem_arg, mem_arg, lengths, false, &cross).output);
+    const Values ov = ref::values(mha.forward(x.narrow(1, t, 1), mem_arg, mem_arg, lengths, false, &cross).output);
     CHECK(cross.length() == S);
     stepped.insert(stepped.end(), ov.begin(), ov.end());
   }
@@ -1079,8 +984,7 @@ TEST_CASE("MultiHeadAttention: static cross-attention cache and KVCache::reorder
   cross.reset();
   CHECK(cross.length() == 0);
   CHECK(cross.is_static);
-  const Values again =
-      ref::values(mha.forward(x.narrow(1, 0, 1), memory, memory, lengths, false, &cross).output);
+  const Values again = ref::values(mha.forward(x.narrow(1, 0, 1), memory, memory, lengths, false, &cross).output);
   CHECK(cross.length() == S);
   check_close(again, Values(stepped.begin(), stepped.begin() + B * C), 1e-6, 1e-6, "after reset");
 }
@@ -1090,19 +994,16 @@ TEST_CASE("MultiHeadAttention: static cross-attention cache and KVCache::reorder
 namespace {
 
 // Bahdanau attention with plain loops: score_ij = v . tanh(Wq q_i + Wk k_j + bk).
-Values additive_reference(const ref::ParamMap& p, const Values& q, const Values& k,
-                          const Values& val, int64_t B, int64_t T, int64_t S, int64_t Dq,
-                          int64_t Dk, int64_t Dv, int64_t A, const ref::MaskSpec& mask,
-                          Values* weights) {
+Values additive_reference(const ref::ParamMap& p, const Values& q, const Values& k, const Values& val, int64_t B,
+                          int64_t T, int64_t S, int64_t Dq, int64_t Dk, int64_t Dv, int64_t A,
+                          const ref::MaskSpec& mask, Values* weights) {
   const Values wq = ref::param(p, "w_query.weight"), wk = ref::param(p, "w_key.weight");
   const Values bk = ref::param(p, "w_key.bias"), v = ref::param(p, "v");
   Values out(static_cast<size_t>(B * T * Dv), 0.0);
   weights->assign(static_cast<size_t>(B * T * S), 0.0);
   for (int64_t b = 0; b < B; ++b) {
-    const Values qp =
-        ref::linear(Values(q.begin() + b * T * Dq, q.begin() + (b + 1) * T * Dq), Dq, wq, {}, A);
-    const Values kp =
-        ref::linear(Values(k.begin() + b * S * Dk, k.begin() + (b + 1) * S * Dk), Dk, wk, bk, A);
+    const Values qp = ref::linear(Values(q.begin() + b * T * Dq, q.begin() + (b + 1) * T * Dq), Dq, wq, {}, A);
+    const Values kp = ref::linear(Values(k.begin() + b * S * Dk, k.begin() + (b + 1) * S * Dk), Dk, wk, bk, A);
     for (int64_t i = 0; i < T; ++i) {
       Values s(static_cast<size_t>(S));
       double best = -INFINITY;
@@ -1128,8 +1029,7 @@ Values additive_reference(const ref::ParamMap& p, const Values& q, const Values&
 
 }  // namespace
 
-TEST_CASE(
-    "AdditiveAttention: against a float64 loop, with masks, fully masked rows and gradcheck") {
+TEST_CASE("AdditiveAttention: against a float64 loop, with masks, fully masked rows and gradcheck") {
   const int64_t B = 2, T = 3, S = 4, Dq = 3, Dk = 5, Dv = 2, A = 4;
   manual_seed(23);
   nn::AdditiveAttention attn(Dq, Dk, A);
@@ -1160,8 +1060,7 @@ TEST_CASE(
   for (const Case& c : cases) {
     CAPTURE(c.name);
     Values want_weights;
-    const Values want =
-        additive_reference(p, q, k, v, B, T, S, Dq, Dk, Dv, A, c.spec, &want_weights);
+    const Values want = additive_reference(p, q, k, v, B, T, S, Dq, Dk, Dv, A, c.spec, &want_weights);
     Tensor qt = leaf(q, {B, T, Dq}), kt = leaf(k, {B, S, Dk}), vt = leaf(v, {B, S, Dv});
     F::AttentionResult r = attn.forward(qt, kt, vt, c.mask);
     CHECK(r.output.shape() == Dims{B, T, Dv});
@@ -1171,33 +1070,18 @@ TEST_CASE(
     CHECK(isfinite_all(r.output));
     std::vector<Tensor> inputs{qt, kt, vt};
     for (const Tensor& t : attn.parameters()) inputs.push_back(t);
-    expect_gradcheck(
-        [&](const std::vector<Tensor>& in) {
-          return attn.forward(in[0], in[1], in[2], c.mask).output;
-        },
-        inputs);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return attn.forward(in[0], in[1], in[2], c.mask).output; },
+                     inputs);
   }
 }
 
 TEST_CASE("AdditiveAttention: misuse") {
   nn::AdditiveAttention attn(3, 5, 4);
   const char* name = "heed::AdditiveAttention";
-  expect_error(
-      [&] {
-        attn.forward(zeros({3, 3}), zeros({2, 4, 5}), zeros({2, 4, 2}));
-      },
-      {name, "[3, 3]"});
-  expect_error(
-      [&] {
-        attn.forward(zeros({2, 3, 3}), zeros({2, 4, 5}), zeros({2, 3, 2}));
-      },
-      {name, "[2, 3, 2]"});
+  expect_error([&] { attn.forward(zeros({3, 3}), zeros({2, 4, 5}), zeros({2, 4, 2})); }, {name, "[3, 3]"});
+  expect_error([&] { attn.forward(zeros({2, 3, 3}), zeros({2, 4, 5}), zeros({2, 3, 2})); }, {name, "[2, 3, 2]"});
   expect_error([&] { attn.forward(zeros({1, 3, 3}), zeros({2, 4, 5}), zeros({2, 4, 2})); }, {name});
-  expect_error(
-      [&] {
-        attn.forward(zeros({2, 3, 4}), zeros({2, 4, 5}), zeros({2, 4, 2}));
-      },
-      {"heed::linear"});
+  expect_error([&] { attn.forward(zeros({2, 3, 4}), zeros({2, 4, 5}), zeros({2, 4, 2})); }, {"heed::linear"});
   F::AttentionMask m;
   m.key_padding = zeros({2, 3}, kBool);
   expect_error(
@@ -1207,23 +1091,14 @@ TEST_CASE("AdditiveAttention: misuse") {
       {name, "key_padding", "[2, 3]"});
   m = {};
   m.additive = zeros({3, 5});
-  expect_error(
-      [&] {
-        attn.forward(zeros({2, 3, 3}), zeros({2, 4, 5}), zeros({2, 4, 2}), m);
-      },
-      {name, "additive"});
+  expect_error([&] { attn.forward(zeros({2, 3, 3}), zeros({2, 4, 5}), zeros({2, 4, 2}), m); }, {name, "additive"});
   m.additive = zeros({3, 4}, kInt64);
-  expect_error(
-      [&] {
-        attn.forward(zeros({2, 3, 3}), zeros({2, 4, 5}), zeros({2, 4, 2}), m);
-      },
-      {name, "floating"});
+  expect_error([&] { attn.forward(zeros({2, 3, 3}), zeros({2, 4, 5}), zeros({2, 4, 2}), m); }, {name, "floating"});
 }
 
 TEST_CASE("F::scaled_dot_product_attention: no keys gives zeros, no queries an empty output") {
   Tensor q = leaf(ref::random_values(24, 460), {2, 3, 4});
-  Tensor out =
-      F::scaled_dot_product_attention(q, zeros({2, 0, 4}, kFloat64), zeros({2, 0, 5}, kFloat64));
+  Tensor out = F::scaled_dot_product_attention(q, zeros({2, 0, 4}, kFloat64), zeros({2, 0, 5}, kFloat64));
   CHECK(out.shape() == Dims{2, 3, 5});
   CHECK(ref::values(out) == Values(30, 0.0));
   sum(out).backward();
@@ -1231,7 +1106,6 @@ TEST_CASE("F::scaled_dot_product_attention: no keys gives zeros, no queries an e
   CHECK(ref::values(q.grad()) == Values(24, 0.0));
   F::AttentionMask causal;
   causal.causal = true;
-  Tensor none =
-      F::scaled_dot_product_attention(zeros({2, 0, 4}), randn({2, 3, 4}), randn({2, 3, 5}), causal);
+  Tensor none = F::scaled_dot_product_attention(zeros({2, 0, 4}), randn({2, 3, 4}), randn({2, 3, 5}), causal);
   CHECK(none.shape() == Dims{2, 0, 5});
 }

@@ -39,9 +39,7 @@ std::string error_message(F&& f) {
   return "";
 }
 
-Tensor leaf(std::initializer_list<double> values) {
-  return tensor(values, TensorOptions(kF64).requires_grad(true));
-}
+Tensor leaf(std::initializer_list<double> values) { return tensor(values, TensorOptions(kF64).requires_grad(true)); }
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
@@ -305,8 +303,7 @@ TEST_CASE("hooks on leaves observe and replace gradients") {
   Tensor z = leaf({1});
   z.register_hook([](const Tensor&) { return ones({2}, kF64); });
   CHECK_HEED_ERROR((z * 1.0).sum().backward(), "register_hook");
-  CHECK_HEED_ERROR(tensor({1, 2}).register_hook([](const Tensor& g) { return g; }),
-                   "register_hook");
+  CHECK_HEED_ERROR(tensor({1, 2}).register_hook([](const Tensor& g) { return g; }), "register_hook");
 }
 
 TEST_CASE("hooks on non-leaves change what flows further down") {
@@ -444,8 +441,7 @@ TEST_CASE("gradcheck on a small composite function") {
   // gradcheck catches a wrong backward: a hook that corrupts the gradient.
   Tensor c = randn({3}, kF64).requires_grad_();
   c.register_hook([](const Tensor& g) { return g * 1.5; });
-  const GradcheckResult bad =
-      gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[0]; }, {c});
+  const GradcheckResult bad = gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[0]; }, {c});
   CHECK_FALSE(bad.passed);
   CHECK_FALSE(bad.message.empty());
 }

@@ -66,7 +66,8 @@ TEST_CASE("a resumed training run is bit-identical to an uninterrupted one") {
 
   manual_seed(7);  // a different RNG state: the checkpoint restores it
   Run resumed;
-  const io::RestoredCheckpoint restored = io::load_checkpoint(path, *resumed.model, resumed.opt.get(), resumed.sched.get());
+  const io::RestoredCheckpoint restored =
+      io::load_checkpoint(path, *resumed.model, resumed.opt.get(), resumed.sched.get());
   CHECK(restored.step == 4);
   CHECK(restored.config["note"] == "test");
   for (int i = 4; i < 10; ++i) losses.push_back(resumed.step());

@@ -22,8 +22,7 @@ std::vector<double> random_values(size_t n, std::mt19937_64& rng, double scale) 
 Tensor param_with_grad(const Dims& shape, const std::vector<double>& grad, DType dtype = kFloat64) {
   Tensor p = zeros(shape, dtype);
   p.requires_grad_();
-  if (!grad.empty() || shape_numel(shape) == 0)
-    p.set_grad(from_vector(grad, shape, TensorOptions(dtype)));
+  if (!grad.empty() || shape_numel(shape) == 0) p.set_grad(from_vector(grad, shape, TensorOptions(dtype)));
   return p;
 }
 
@@ -31,8 +30,7 @@ Tensor param_with_grad(const Dims& shape, const std::vector<double>& grad, DType
 double reference_norm(const std::vector<std::vector<double>>& grads, double p) {
   double acc = 0.0;
   for (const auto& g : grads)
-    for (double x : g)
-      acc = std::isinf(p) ? std::max(acc, std::abs(x)) : acc + std::pow(std::abs(x), p);
+    for (double x : g) acc = std::isinf(p) ? std::max(acc, std::abs(x)) : acc + std::pow(std::abs(x), p);
   return std::isinf(p) ? acc : std::pow(acc, 1.0 / p);
 }
 
@@ -44,12 +42,9 @@ std::string error_message(const std::function<void()>& f) {
   }
   return "";
 }
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-void check_close(const std::vector<double>& actual, const std::vector<double>& expected,
-                 double rtol) {
+void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol) {
   REQUIRE(actual.size() == expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
     INFO("element " << i << ": " << actual[i] << " vs " << expected[i]);
@@ -96,8 +91,7 @@ TEST_CASE("clip_grad_norm_ leaves gradients below max_norm untouched") {
   CHECK(a.grad().to_vector<double>() == std::vector<double>{3.0, 4.0});
   // Just above max_norm it clips.
   nn::clip_grad_norm_({a}, 4.0);
-  check_close(a.grad().to_vector<double>(), {3.0 * 4.0 / (5.0 + 1e-6), 4.0 * 4.0 / (5.0 + 1e-6)},
-              1e-14);
+  check_close(a.grad().to_vector<double>(), {3.0 * 4.0 / (5.0 + 1e-6), 4.0 * 4.0 / (5.0 + 1e-6)}, 1e-14);
 }
 
 TEST_CASE("clip_grad_norm_: zero gradients, parameters without gradients, no gradients") {
@@ -111,8 +105,7 @@ TEST_CASE("clip_grad_norm_: zero gradients, parameters without gradients, no gra
   CHECK(nn::clip_grad_norm_({none}, 1.0) == 0.0);
   CHECK_FALSE(none.grad().defined());
   // The parameter without a gradient does not count and still has none afterwards.
-  CHECK(nn::clip_grad_norm_({zero, none, empty_grad, g}, 1.0) ==
-        doctest::Approx(10.0).epsilon(1e-15));
+  CHECK(nn::clip_grad_norm_({zero, none, empty_grad, g}, 1.0) == doctest::Approx(10.0).epsilon(1e-15));
   CHECK_FALSE(none.grad().defined());
   check_close(g.grad().to_vector<double>(), {0.6 / (1.0 + 1e-7), 0.8 / (1.0 + 1e-7)}, 1e-14);
   CHECK(nn::clip_grad_norm_(std::vector<Tensor>{}, 1.0) == 0.0);
@@ -148,9 +141,7 @@ TEST_CASE("clip_grad_norm_ with Inf/NaN gradients reports instead of clipping") 
       const std::vector<double> a_after = a.grad().to_vector<double>();
       CHECK(a_after[0] == 1.0);
       CHECK(a_after[2] == 2.0);
-      const std::string message = error_message([&] {
-        nn::clip_grad_norm_({a, b}, 1.0, norm_type, true);
-      });
+      const std::string message = error_message([&] { nn::clip_grad_norm_({a, b}, 1.0, norm_type, true); });
       CHECK(contains(message, "heed::clip_grad_norm_: "));
       CHECK(contains(message, "non-finite"));
       CHECK(b.grad().to_vector<double>() == std::vector<double>{5.0, 5.0});
@@ -164,8 +155,7 @@ TEST_CASE("clip_grad_norm_ argument checks") {
   CHECK(contains(error_message([&] { nn::clip_grad_norm_({a}, 1.0, 0.0); }), "norm_type"));
   CHECK(contains(error_message([&] { nn::clip_grad_norm_({a}, 1.0, -2.0); }), "norm_type"));
   CHECK(contains(error_message([&] { nn::clip_grad_norm_({a}, 1.0, std::nan("")); }), "norm_type"));
-  CHECK(contains(error_message([&] { nn::clip_grad_norm_({Tensor()}, 1.0); }),
-                 "heed::clip_grad_norm_"));
+  CHECK(contains(error_message([&] { nn::clip_grad_norm_({Tensor()}, 1.0); }), "heed::clip_grad_norm_"));
 }
 
 TEST_CASE("clip_grad_value_ clamps every element") {

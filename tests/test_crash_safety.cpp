@@ -165,15 +165,41 @@ int64_t checked_version(const std::string& path) {
 
 #ifdef HEED_CHARLM_EXE
 std::vector<std::string> charlm_args(const fs::path& out_dir, bool resume) {
-  std::vector<std::string> args = {HEED_CHARLM_EXE,  "--iters",        "30",      "--block",
-                                   "16",             "--batch",        "4",       "--layers",
-                                   "1",              "--heads",        "2",       "--d-model",
-                                   "32",             "--warmup",       "3",       "--dropout",
-                                   "0.1",            "--eval-every",   "100000",  "--eval-batches",
-                                   "1",              "--final-eval-batches", "1", "--log-every",
-                                   "100000",         "--checkpoint-every", "1",  "--sample-tokens",
-                                   "0",              "--threads",      "1",       "--seed",
-                                   "7",              "--out-dir",      out_dir.string()};
+  std::vector<std::string> args = {HEED_CHARLM_EXE,
+                                   "--iters",
+                                   "30",
+                                   "--block",
+                                   "16",
+                                   "--batch",
+                                   "4",
+                                   "--layers",
+                                   "1",
+                                   "--heads",
+                                   "2",
+                                   "--d-model",
+                                   "32",
+                                   "--warmup",
+                                   "3",
+                                   "--dropout",
+                                   "0.1",
+                                   "--eval-every",
+                                   "100000",
+                                   "--eval-batches",
+                                   "1",
+                                   "--final-eval-batches",
+                                   "1",
+                                   "--log-every",
+                                   "100000",
+                                   "--checkpoint-every",
+                                   "1",
+                                   "--sample-tokens",
+                                   "0",
+                                   "--threads",
+                                   "1",
+                                   "--seed",
+                                   "7",
+                                   "--out-dir",
+                                   out_dir.string()};
   if (resume) args.push_back("--resume");
   return args;
 }
@@ -300,8 +326,8 @@ TEST_CASE("charlm killed with SIGKILL at random moments resumes to a bit-identic
     break;
   }
   MESSAGE("seed ", seed, ": uninterrupted run ", run_ms, " ms; ", kills, " kills (", mid_write,
-          " during a checkpoint write), ", restarts, " starts; steps on disk at the kills: ",
-          fmt::format("{}", fmt::join(steps_at_kills, " ")));
+          " during a checkpoint write), ", restarts,
+          " starts; steps on disk at the kills: ", fmt::format("{}", fmt::join(steps_at_kills, " ")));
 
   // Bit-identical: every tensor (model and optimizer state), the step and the RNG state.
   const io::SafetensorsFile expected = io::load_safetensors(reference_checkpoint);

@@ -33,8 +33,8 @@ bool cuda_ready() {
   static bool told = false;
   if (!available && !told) {
     told = true;
-    MESSAGE("test_cuda: skipped, no CUDA device ("
-            << cuda::unavailable_reason() << "): every CUDA-vs-CPU case returns without checking");
+    MESSAGE("test_cuda: skipped, no CUDA device (" << cuda::unavailable_reason()
+                                                   << "): every CUDA-vs-CPU case returns without checking");
   }
   return available;
 }
@@ -96,8 +96,8 @@ void check_close(const Tensor& cpu, const Tensor& gpu, Tol tol, const std::strin
   }
   std::ostringstream detail;
   if (worst_at >= 0)
-    detail << "worst element " << worst_at << ": cpu " << a[worst_at] << " cuda " << b[worst_at]
-           << " (" << worst << " x the tolerance)";
+    detail << "worst element " << worst_at << ": cpu " << a[worst_at] << " cuda " << b[worst_at] << " (" << worst
+           << " x the tolerance)";
   INFO(detail.str());
   CHECK(worst <= 1.0);
 }
@@ -107,8 +107,8 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 // Runs fn on the CPU inputs and on their CUDA copies (the same seed before each run), compares
 // the outputs and, when `grads`, backpropagates the same random upstream gradient on both and
 // compares the gradient of every floating input. Returns the CUDA output.
-Tensor check_op(const std::string& name, const Fn& fn, const std::vector<Tensor>& cpu_inputs,
-                Tol out_tol, bool grads = true, Tol grad_tol = {-1, -1}) {
+Tensor check_op(const std::string& name, const Fn& fn, const std::vector<Tensor>& cpu_inputs, Tol out_tol,
+                bool grads = true, Tol grad_tol = {-1, -1}) {
   INFO("op: " << name);
   if (grad_tol.rtol < 0) grad_tol = out_tol;
   std::vector<Tensor> a, b;
@@ -145,9 +145,7 @@ Tensor check_op(const std::string& name, const Fn& fn, const std::vector<Tensor>
 }
 
 Tensor rnd(const Dims& shape, DType dtype = kFloat32) { return randn(shape, kFloat64).to(dtype); }
-Tensor positive(const Dims& shape, DType dtype = kFloat32) {
-  return add_scalar(rand(shape, kFloat64), 0.25).to(dtype);
-}
+Tensor positive(const Dims& shape, DType dtype = kFloat32) { return add_scalar(rand(shape, kFloat64), 0.25).to(dtype); }
 
 const DType kFloatingTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
@@ -165,20 +163,17 @@ TEST_CASE("cuda: availability, transfers, factories and random streams") {
     const Tensor round_trip = x.to(kCUDA).to(kCPU);
     CHECK(host_values(round_trip) == host_values(x));
     // A strided view copied to the device and made contiguous there (the copy kernel).
-    check_close(x.t().contiguous(), x.to(kCUDA).t().contiguous(), {0, 0},
-                "transpose().contiguous()");
+    check_close(x.t().contiguous(), x.to(kCUDA).t().contiguous(), {0, 0}, "transpose().contiguous()");
     check_close(x.slice(1, 1, 7, 2), x.to(kCUDA).slice(1, 1, 7, 2), {0, 0}, "slice with step");
     // Conversions on the device.
     for (DType to : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kBool})
-      check_close(x.to(to), x.to(kCUDA).to(to), {0, 0},
-                  std::string("to ") + std::string(dtype_name(to)));
+      check_close(x.to(to), x.to(kCUDA).to(to), {0, 0}, std::string("to ") + std::string(dtype_name(to)));
   }
   check_close(zeros({3, 5}), zeros({3, 5}, kCUDA), {0, 0}, "zeros");
-  check_close(full({3, 5}, -2.5, kFloat16),
-              full({3, 5}, -2.5, TensorOptions(kFloat16).device(kCUDA)), {0, 0}, "full");
+  check_close(full({3, 5}, -2.5, kFloat16), full({3, 5}, -2.5, TensorOptions(kFloat16).device(kCUDA)), {0, 0}, "full");
   check_close(eye(5), eye(5, kCUDA), {0, 0}, "eye");
-  check_close(arange(2.0, 9.5, 0.5, kFloat32),
-              arange(2.0, 9.5, 0.5, TensorOptions(kFloat32).device(kCUDA)), {0, 0}, "arange");
+  check_close(arange(2.0, 9.5, 0.5, kFloat32), arange(2.0, 9.5, 0.5, TensorOptions(kFloat32).device(kCUDA)), {0, 0},
+              "arange");
   Tensor filled = zeros({4, 6}, kCUDA);
   filled.slice(1, 1, 5).fill_(7.0);
   Tensor filled_cpu = zeros({4, 6});
@@ -241,18 +236,16 @@ TEST_CASE("cuda: unary element-wise ops, every floating dtype, forward and backw
       // first.
       const Tensor x = op.positive_only ? positive({1031}, dtype) : rnd({1031}, dtype);
       check_op(
-          op.name, [&](const std::vector<Tensor>& in) { return op.fn(in[0]); }, {x},
-          tol_for(dtype));
+          op.name, [&](const std::vector<Tensor>& in) { return op.fn(in[0]); }, {x}, tol_for(dtype));
       const Tensor m = op.positive_only ? positive({13, 9}, dtype) : rnd({13, 9}, dtype);
       check_op(
-          std::string(op.name) + " (transposed input)",
-          [&](const std::vector<Tensor>& in) { return op.fn(in[0].t()); }, {m}, tol_for(dtype));
+          std::string(op.name) + " (transposed input)", [&](const std::vector<Tensor>& in) { return op.fn(in[0].t()); },
+          {m}, tol_for(dtype));
     }
   }
   const Tensor flags = gt(rnd({50}), zeros({50}));
   check_op(
-      "logical_not", [](const std::vector<Tensor>& in) { return logical_not(in[0]); }, {flags},
-      {0, 0}, false);
+      "logical_not", [](const std::vector<Tensor>& in) { return logical_not(in[0]); }, {flags}, {0, 0}, false);
 }
 
 // Separate from the other unary ops: its backward built comparison scalars on the CPU.
@@ -262,11 +255,10 @@ TEST_CASE("cuda: clamp forward and backward") {
     CAPTURE(dtype_name(dtype));
     manual_seed(19);
     check_op(
-        "clamp", [](const std::vector<Tensor>& in) { return clamp(in[0], -0.5, 0.7); },
-        {rnd({1031}, dtype)}, tol_for(dtype));
+        "clamp", [](const std::vector<Tensor>& in) { return clamp(in[0], -0.5, 0.7); }, {rnd({1031}, dtype)},
+        tol_for(dtype));
     check_op(
-        "clamp (transposed input)",
-        [](const std::vector<Tensor>& in) { return clamp(in[0].t(), -0.5, 0.7); },
+        "clamp (transposed input)", [](const std::vector<Tensor>& in) { return clamp(in[0].t(), -0.5, 0.7); },
         {rnd({13, 9}, dtype)}, tol_for(dtype));
   }
 }
@@ -296,8 +288,7 @@ TEST_CASE("cuda: binary element-wise ops with broadcasting and non-contiguous in
       const Tensor a = op.positive_base ? positive({4, 1, 5}, dtype) : rnd({4, 1, 5}, dtype);
       const Tensor b = op.positive_base ? positive({3, 1}, dtype) : rnd({3, 1}, dtype);
       check_op(
-          op.name, [&](const std::vector<Tensor>& in) { return op.fn(in[0], in[1]); }, {a, b},
-          tol_for(dtype));
+          op.name, [&](const std::vector<Tensor>& in) { return op.fn(in[0], in[1]); }, {a, b}, tol_for(dtype));
       const Tensor p = op.positive_base ? positive({5, 3, 4}, dtype) : rnd({5, 3, 4}, dtype);
       const Tensor q = op.positive_base ? positive({4, 3, 5}, dtype) : rnd({4, 3, 5}, dtype);
       check_op(
@@ -310,38 +301,34 @@ TEST_CASE("cuda: binary element-wise ops with broadcasting and non-contiguous in
       const Tensor row = op.positive_base ? positive({11}, dtype) : rnd({11}, dtype);
       check_op(
           std::string(op.name) + " (sliced with a step, broadcast row)",
-          [&](const std::vector<Tensor>& in) { return op.fn(in[0].slice(0, 1, 6, 2), in[1]); },
-          {wide, row}, tol_for(dtype));
+          [&](const std::vector<Tensor>& in) { return op.fn(in[0].slice(0, 1, 6, 2), in[1]); }, {wide, row},
+          tol_for(dtype));
     }
   }
   // Comparisons and logical ops give bools: exact.
   manual_seed(5);
   const Tensor a = mul_scalar(rnd({4, 1, 6}), 2.0), b = rnd({3, 6});
-  const Tensor a_rounded = a.to(kInt64).to(kFloat32),
-               b_rounded = mul_scalar(b, 2.0).to(kInt64).to(kFloat32);
+  const Tensor a_rounded = a.to(kInt64).to(kFloat32), b_rounded = mul_scalar(b, 2.0).to(kInt64).to(kFloat32);
   using Cmp = Tensor (*)(const Tensor&, const Tensor&);
   const std::pair<const char*, Cmp> comparisons[] = {{"eq", eq}, {"ne", ne}, {"lt", lt},
                                                      {"le", le}, {"gt", gt}, {"ge", ge}};
   for (const auto& [name, fn] : comparisons)
     check_op(
-        name, [fn = fn](const std::vector<Tensor>& in) { return fn(in[0], in[1]); },
-        {a_rounded, b_rounded}, {0, 0}, false);
+        name, [fn = fn](const std::vector<Tensor>& in) { return fn(in[0], in[1]); }, {a_rounded, b_rounded}, {0, 0},
+        false);
   const Tensor fa = gt(a, zeros({1})), fb = gt(b, zeros({1}));
   check_op(
-      "logical_and", [](const std::vector<Tensor>& in) { return logical_and(in[0], in[1]); },
-      {fa, fb}, {0, 0}, false);
+      "logical_and", [](const std::vector<Tensor>& in) { return logical_and(in[0], in[1]); }, {fa, fb}, {0, 0}, false);
   check_op(
-      "logical_or", [](const std::vector<Tensor>& in) { return logical_or(in[0], in[1].t().t()); },
-      {fa, fb}, {0, 0}, false);
+      "logical_or", [](const std::vector<Tensor>& in) { return logical_or(in[0], in[1].t().t()); }, {fa, fb}, {0, 0},
+      false);
   for (DType dtype : kFloatingTypes) {
     CAPTURE(dtype_name(dtype));
     const Tensor x = rnd({3, 6}, dtype), y = rnd({4, 1, 6}, dtype);
     check_op(
-        "where", [](const std::vector<Tensor>& in) { return where(in[0], in[1], in[2]); },
-        {fb, x, y}, tol_for(dtype));
+        "where", [](const std::vector<Tensor>& in) { return where(in[0], in[1], in[2]); }, {fb, x, y}, tol_for(dtype));
     check_op(
-        "masked_fill",
-        [](const std::vector<Tensor>& in) { return masked_fill(in[0], in[1], -3.0); },
+        "masked_fill", [](const std::vector<Tensor>& in) { return masked_fill(in[0], in[1], -3.0); },
         {rnd({4, 3, 6}, dtype), fb}, tol_for(dtype));
   }
   // In-place updates on a CUDA view.
@@ -368,8 +355,7 @@ TEST_CASE("cuda: reductions (sum, mean, max, min, var, argmax, argmin)") {
          [](const Tensor& v) {
            return sum(v, {0, 2}, true);
          }},
-        {"sum last of a transposed view",
-         [](const Tensor& v) { return sum(v.transpose(1, 2), {-1}); }},
+        {"sum last of a transposed view", [](const Tensor& v) { return sum(v.transpose(1, 2), {-1}); }},
         {"mean all", [](const Tensor& v) { return mean(v); }},
         {"mean dim 2", [](const Tensor& v) { return mean(v, {2}); }},
         {"var dim 1", [](const Tensor& v) { return var(v, {1}); }},
@@ -389,35 +375,29 @@ TEST_CASE("cuda: reductions (sum, mean, max, min, var, argmax, argmin)") {
     // not guaranteed, so compare indices for float32/float64 only).
     if (dtype == kFloat32 || dtype == kFloat64) {
       check_op(
-          "argmax all", [](const std::vector<Tensor>& in) { return argmax(in[0]); }, {x}, {0, 0},
+          "argmax all", [](const std::vector<Tensor>& in) { return argmax(in[0]); }, {x}, {0, 0}, false);
+      check_op(
+          "argmax dim 1", [](const std::vector<Tensor>& in) { return argmax(in[0], 1); }, {x}, {0, 0}, false);
+      check_op(
+          "argmin dim 2 keepdim", [](const std::vector<Tensor>& in) { return argmin(in[0], 2, true); }, {x}, {0, 0},
           false);
       check_op(
-          "argmax dim 1", [](const std::vector<Tensor>& in) { return argmax(in[0], 1); }, {x},
-          {0, 0}, false);
+          "max dim 1 indices", [](const std::vector<Tensor>& in) { return max(in[0], 1).indices; }, {x}, {0, 0}, false);
       check_op(
-          "argmin dim 2 keepdim",
-          [](const std::vector<Tensor>& in) { return argmin(in[0], 2, true); }, {x}, {0, 0}, false);
-      check_op(
-          "max dim 1 indices", [](const std::vector<Tensor>& in) { return max(in[0], 1).indices; },
-          {x}, {0, 0}, false);
-      check_op(
-          "min dim 0 indices", [](const std::vector<Tensor>& in) { return min(in[0], 0).indices; },
-          {x}, {0, 0}, false);
+          "min dim 0 indices", [](const std::vector<Tensor>& in) { return min(in[0], 0).indices; }, {x}, {0, 0}, false);
     }
   }
   // A long row (several blocks of a block reduction) and NaN propagation of max.
   const Tensor long_row = rnd({3, 5000});
   check_op(
-      "sum of long rows", [](const std::vector<Tensor>& in) { return sum(in[0], {1}); }, {long_row},
-      tol_for(kFloat32));
+      "sum of long rows", [](const std::vector<Tensor>& in) { return sum(in[0], {1}); }, {long_row}, tol_for(kFloat32));
   check_op(
-      "max of long rows", [](const std::vector<Tensor>& in) { return max(in[0], 1).values; },
-      {long_row}, tol_for(kFloat32));
+      "max of long rows", [](const std::vector<Tensor>& in) { return max(in[0], 1).values; }, {long_row},
+      tol_for(kFloat32));
   Tensor with_nan = rnd({4, 9});
   with_nan.select(0, 2).select(0, 5).fill_(std::numeric_limits<double>::quiet_NaN());
   check_op(
-      "max with a NaN", [](const std::vector<Tensor>& in) { return max(in[0]); }, {with_nan},
-      tol_for(kFloat32), false);
+      "max with a NaN", [](const std::vector<Tensor>& in) { return max(in[0]); }, {with_nan}, tol_for(kFloat32), false);
 }
 
 TEST_CASE("cuda: matmul (2-D, batched (B,H,T,D), broadcast batch, transposed operands, 16-bit)") {
@@ -429,22 +409,18 @@ TEST_CASE("cuda: matmul (2-D, batched (B,H,T,D), broadcast batch, transposed ope
     manual_seed(41);
     // Inner products of length k grow the rounding error; 16-bit outputs round once.
     const Tol t = dtype == kFloat32 ? Tol{1e-4, 1e-5} : tol_for(dtype);
-    const Tol grad_t =
-        dtype == kFloat32 ? Tol{1e-4, 1e-5} : Tol{tol_for(dtype).rtol * 2, tol_for(dtype).atol * 4};
+    const Tol grad_t = dtype == kFloat32 ? Tol{1e-4, 1e-5} : Tol{tol_for(dtype).rtol * 2, tol_for(dtype).atol * 4};
     check_op(
         "2-D", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
         {rnd({7, 13}, dtype), rnd({13, 5}, dtype)}, t, true, grad_t);
     check_op(
-        "both transposed",
-        [](const std::vector<Tensor>& in) { return matmul(in[0].t(), in[1].t()); },
+        "both transposed", [](const std::vector<Tensor>& in) { return matmul(in[0].t(), in[1].t()); },
         {rnd({13, 7}, dtype), rnd({5, 13}, dtype)}, t, true, grad_t);
     check_op(
-        "batched q k^T (B,H,T,D)",
-        [](const std::vector<Tensor>& in) { return matmul(in[0], in[1].transpose(-2, -1)); },
+        "batched q k^T (B,H,T,D)", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1].transpose(-2, -1)); },
         {rnd({2, 3, 9, 8}, dtype), rnd({2, 3, 11, 8}, dtype)}, t, true, grad_t);
     check_op(
-        "batched with a broadcast weight",
-        [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+        "batched with a broadcast weight", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
         {rnd({2, 3, 9, 8}, dtype), rnd({8, 6}, dtype)}, t, true, grad_t);
     check_op(
         "broadcast batch dims", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
@@ -466,8 +442,8 @@ TEST_CASE("cuda: matmul (2-D, batched (B,H,T,D), broadcast batch, transposed ope
   cuda::set_allow_tf32(true);
   manual_seed(43);
   check_op(
-      "tf32", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
-      {rnd({17, 33}), rnd({33, 9})}, {5e-3, 5e-3}, false);
+      "tf32", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, {rnd({17, 33}), rnd({33, 9})},
+      {5e-3, 5e-3}, false);
   cuda::set_allow_tf32(false);
 }
 
@@ -479,28 +455,22 @@ TEST_CASE("cuda: softmax, log_softmax and cross-entropy") {
     const Tol t = tol_for(dtype);
     const Tensor x = mul_scalar(rnd({3, 5, 37}, dtype), 3.0);
     check_op(
-        "softmax last", [](const std::vector<Tensor>& in) { return F::softmax(in[0], -1); }, {x},
-        t);
+        "softmax last", [](const std::vector<Tensor>& in) { return F::softmax(in[0], -1); }, {x}, t);
     check_op(
-        "log_softmax last", [](const std::vector<Tensor>& in) { return F::log_softmax(in[0], -1); },
-        {x}, t);
+        "log_softmax last", [](const std::vector<Tensor>& in) { return F::log_softmax(in[0], -1); }, {x}, t);
     check_op(
-        "softmax dim 1", [](const std::vector<Tensor>& in) { return F::softmax(in[0], 1); }, {x},
-        t);
+        "softmax dim 1", [](const std::vector<Tensor>& in) { return F::softmax(in[0], 1); }, {x}, t);
     check_op(
         "log_softmax of a transposed view",
-        [](const std::vector<Tensor>& in) { return F::log_softmax(in[0].transpose(1, 2), -1); },
-        {x}, t);
+        [](const std::vector<Tensor>& in) { return F::log_softmax(in[0].transpose(1, 2), -1); }, {x}, t);
     // Rows with -inf entries, and one row that is -inf everywhere (zeros, never NaN).
     Tensor masked = rnd({4, 7}, dtype);
     masked.slice(1, 0, 3).select(0, 1).fill_(-INFINITY);
     masked.select(0, 3).fill_(-INFINITY);
     check_op(
-        "softmax with -inf", [](const std::vector<Tensor>& in) { return F::softmax(in[0], -1); },
-        {masked}, t, false);
+        "softmax with -inf", [](const std::vector<Tensor>& in) { return F::softmax(in[0], -1); }, {masked}, t, false);
     check_op(
-        "log_softmax with -inf",
-        [](const std::vector<Tensor>& in) { return F::log_softmax(in[0], -1); }, {masked}, t,
+        "log_softmax with -inf", [](const std::vector<Tensor>& in) { return F::log_softmax(in[0], -1); }, {masked}, t,
         false);
 
     // Cross-entropy: (N, C) and (B, T, C), ignore_index, label smoothing.
@@ -514,8 +484,7 @@ TEST_CASE("cuda: softmax, log_softmax and cross-entropy") {
       F::CrossEntropyOptions o;
       o.label_smoothing = smoothing;
       check_op(
-          "cross_entropy (N, C)",
-          [o](const std::vector<Tensor>& in) { return F::cross_entropy(in[0], in[1], o); },
+          "cross_entropy (N, C)", [o](const std::vector<Tensor>& in) { return F::cross_entropy(in[0], in[1], o); },
           {logits, targets}, loss_t);
       const Tensor logits3 = rnd({2, 9, 13}, dtype);
       Tensor targets3 = randint(0, 13, {2, 9});
@@ -524,13 +493,12 @@ TEST_CASE("cuda: softmax, log_softmax and cross-entropy") {
       o3.ignore_index = 3;
       check_op(
           "cross_entropy (B, T, C) ignore_index 3",
-          [o3](const std::vector<Tensor>& in) { return F::cross_entropy(in[0], in[1], o3); },
-          {logits3, targets3}, loss_t);
+          [o3](const std::vector<Tensor>& in) { return F::cross_entropy(in[0], in[1], o3); }, {logits3, targets3},
+          loss_t);
     }
     // Every target ignored: loss 0 and zero gradient on both devices.
     check_op(
-        "cross_entropy all ignored",
-        [](const std::vector<Tensor>& in) { return F::cross_entropy(in[0], in[1]); },
+        "cross_entropy all ignored", [](const std::vector<Tensor>& in) { return F::cross_entropy(in[0], in[1]); },
         {rnd({3, 5}, dtype), full({3}, -100, kInt64)}, t);
   }
 }
@@ -544,15 +512,13 @@ TEST_CASE("cuda: embedding, index_select, gather and dropout") {
     // Repeated indices: the backward accumulates several rows into one.
     const Tensor idx = tensor({{3, 0, 18, 3}, {7, 3, 3, 11}}, kInt64);
     // 16-bit gradients of repeated rows round once per accumulation.
-    const Tol grad_t = dtype == kFloat32 || dtype == kFloat64
-                           ? tol_for(dtype)
-                           : Tol{tol_for(dtype).rtol * 3, tol_for(dtype).atol * 3};
+    const Tol grad_t =
+        dtype == kFloat32 || dtype == kFloat64 ? tol_for(dtype) : Tol{tol_for(dtype).rtol * 3, tol_for(dtype).atol * 3};
     check_op(
-        "embedding", [](const std::vector<Tensor>& in) { return F::embedding(in[0], in[1]); },
-        {weight, idx}, tol_for(dtype), true, grad_t);
+        "embedding", [](const std::vector<Tensor>& in) { return F::embedding(in[0], in[1]); }, {weight, idx},
+        tol_for(dtype), true, grad_t);
     check_op(
-        "index_select dim 1",
-        [](const std::vector<Tensor>& in) { return index_select(in[0], 1, in[1]); },
+        "index_select dim 1", [](const std::vector<Tensor>& in) { return index_select(in[0], 1, in[1]); },
         {rnd({4, 9, 3}, dtype), tensor({8, 0, 0, 5, 2}, kInt64)}, tol_for(dtype), true, grad_t);
     const Tensor gidx = randint(0, 9, {4, 6, 3});
     check_op(
@@ -564,8 +530,7 @@ TEST_CASE("cuda: embedding, index_select, gather and dropout") {
     CAPTURE(dtype_name(dtype));
     const Tensor x = rnd({7, 301}, dtype);
     const Tensor y = check_op(
-        "dropout 0.3", [](const std::vector<Tensor>& in) { return F::dropout(in[0], 0.3); }, {x},
-        tol_for(dtype));
+        "dropout 0.3", [](const std::vector<Tensor>& in) { return F::dropout(in[0], 0.3); }, {x}, tol_for(dtype));
     const std::vector<double> kept = host_values(ne(y, zeros({1}, kCUDA)));
     double fraction = 0;
     for (double k : kept) fraction += k;
@@ -574,9 +539,7 @@ TEST_CASE("cuda: embedding, index_select, gather and dropout") {
     // Reproducible: the same seed again gives the same mask on the device.
     manual_seed(1234);
     CHECK(host_values(y) == host_values(F::dropout(x.to(kCUDA), 0.3)));
-    check_op("dropout eval",
-             [](const std::vector<Tensor>& in) { return F::dropout(in[0], 0.3, false); }, {x},
-             {0, 0});
+    check_op("dropout eval", [](const std::vector<Tensor>& in) { return F::dropout(in[0], 0.3, false); }, {x}, {0, 0});
   }
 }
 
@@ -587,23 +550,19 @@ TEST_CASE("cuda: layer_norm forward and backward") {
     manual_seed(71);
     const Tol t = tol_for(dtype);
     // Parameter gradients sum over rows: looser for 16-bit outputs of a float32 sum.
-    const Tol grad_t =
-        dtype == kFloat32 ? Tol{1e-4, 1e-5} : (dtype == kFloat64 ? t : Tol{t.rtol * 4, t.atol * 4});
+    const Tol grad_t = dtype == kFloat32 ? Tol{1e-4, 1e-5} : (dtype == kFloat64 ? t : Tol{t.rtol * 4, t.atol * 4});
     for (int64_t cols : {1, 37, 300}) {
       CAPTURE(cols);
       const Tensor x = add_scalar(mul_scalar(rnd({2, 5, cols}, dtype), 2.0), 1.0);
       check_op(
-          "layer_norm affine",
-          [](const std::vector<Tensor>& in) { return F::layer_norm(in[0], in[1], in[2], 1e-5); },
+          "layer_norm affine", [](const std::vector<Tensor>& in) { return F::layer_norm(in[0], in[1], in[2], 1e-5); },
           {x, rnd({cols}, dtype), rnd({cols}, dtype)}, t, true, grad_t);
       check_op(
-          "layer_norm without affine",
-          [](const std::vector<Tensor>& in) { return F::layer_norm(in[0]); }, {x}, t, true, grad_t);
+          "layer_norm without affine", [](const std::vector<Tensor>& in) { return F::layer_norm(in[0]); }, {x}, t, true,
+          grad_t);
       check_op(
           "layer_norm of a transposed view",
-          [](const std::vector<Tensor>& in) {
-            return F::layer_norm(in[0].transpose(0, 1), in[1], Tensor());
-          },
+          [](const std::vector<Tensor>& in) { return F::layer_norm(in[0].transpose(0, 1), in[1], Tensor()); },
           {rnd({5, 2, cols}, dtype), rnd({cols}, dtype)}, t, true, grad_t);
     }
   }
@@ -646,8 +605,7 @@ TEST_CASE("cuda: Adam/AdamW fused steps and gradient clipping") {
         opt_gpu->step();
       }
       for (size_t i = 0; i < p_cpu.size(); ++i)
-        check_close(p_cpu[i].detach(), p_gpu[i].detach(),
-                    dtype == kFloat32 ? Tol{1e-5, 1e-6} : tol_for(dtype),
+        check_close(p_cpu[i].detach(), p_gpu[i].detach(), dtype == kFloat32 ? Tol{1e-5, 1e-6} : tol_for(dtype),
                     "parameter after 3 steps");
     }
   }
@@ -708,8 +666,7 @@ TEST_CASE("cuda: flash attention forward and backward, every mask kind, odd size
       const Tensor lengths = tensor({0.0, static_cast<double>(c.S - 5)}, kInt64).slice(0, 0, c.B);
       Tensor padding = gt(rand({c.B, c.S}), full({1}, 0.7));
       Tensor keep = gt(rand({c.B, 1, c.T, c.S}), full({1}, 0.3));
-      const Tensor additive =
-          mul_scalar(rnd({c.H, c.T, c.S}), 0.5).to(dtype == kFloat64 ? kFloat64 : kFloat32);
+      const Tensor additive = mul_scalar(rnd({c.H, c.T, c.S}), 0.5).to(dtype == kFloat64 ? kFloat64 : kFloat32);
       // Fixed-shape tensors (masks) are captured and copied to each run's device.
       const Fn fn = [&](const std::vector<Tensor>& in) {
         const Device device = in[0].device();
@@ -724,8 +681,7 @@ TEST_CASE("cuda: flash attention forward and backward, every mask kind, odd size
       };
       // Scores sum D products and the output S weighted values.
       const Tol t = dtype == kFloat32 ? Tol{1e-4, 1e-5} : tol_for(dtype);
-      const Tol grad_t = dtype == kFloat32 ? Tol{2e-4, 2e-5}
-                                           : (dtype == kFloat64 ? t : Tol{t.rtol * 3, t.atol * 3});
+      const Tol grad_t = dtype == kFloat32 ? Tol{2e-4, 2e-5} : (dtype == kFloat64 ? t : Tol{t.rtol * 3, t.atol * 3});
       check_op(c.name, fn, {q, k, v}, t, true, grad_t);
     }
   }
@@ -734,12 +690,10 @@ TEST_CASE("cuda: flash attention forward and backward, every mask kind, odd size
   manual_seed(103);
   check_op("scaled_dot_product_attention transposed views",
            [](const std::vector<Tensor>& in) {
-             return F::scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2),
-                                                    in[2].transpose(1, 2), {}, 0.0, std::nullopt,
-                                                    true);
+             return F::scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2), in[2].transpose(1, 2),
+                                                    {}, 0.0, std::nullopt, true);
            },
-           {rnd({2, 23, 3, 8}), rnd({2, 23, 3, 8}), rnd({2, 23, 3, 8})}, {1e-4, 1e-5}, true,
-           {2e-4, 2e-5});
+           {rnd({2, 23, 3, 8}), rnd({2, 23, 3, 8}), rnd({2, 23, 3, 8})}, {1e-4, 1e-5}, true, {2e-4, 2e-5});
   check_op("flash_attention_packed",
            [](const std::vector<Tensor>& in) {
              F::AttentionMask m;
@@ -751,8 +705,7 @@ TEST_CASE("cuda: flash attention forward and backward, every mask kind, odd size
 
 TEST_CASE("cuda: MultiHeadAttention forward and backward") {
   if (!cuda_ready()) return;
-  const nn::ProjectionLayout layouts[] = {nn::ProjectionLayout::Separate,
-                                          nn::ProjectionLayout::FusedQKV};
+  const nn::ProjectionLayout layouts[] = {nn::ProjectionLayout::Separate, nn::ProjectionLayout::FusedQKV};
   for (nn::ProjectionLayout layout : layouts) {
     CAPTURE(nn::projection_layout_name(layout));
     nn::MultiHeadAttentionOptions o;
@@ -772,8 +725,7 @@ TEST_CASE("cuda: MultiHeadAttention forward and backward") {
     m_cpu.causal = m_gpu.causal = true;
     m_cpu.key_padding = padding;
     m_gpu.key_padding = padding.to(kCUDA);
-    const Tensor y_cpu = on_cpu.forward(x_cpu, m_cpu).output,
-                 y_gpu = on_gpu.forward(x_gpu, m_gpu).output;
+    const Tensor y_cpu = on_cpu.forward(x_cpu, m_cpu).output, y_gpu = on_gpu.forward(x_gpu, m_gpu).output;
     check_close(y_cpu, y_gpu, {1e-4, 1e-5}, "MultiHeadAttention output");
     const Tensor upstream = rnd(y_cpu.shape());
     y_cpu.backward(upstream);
@@ -783,8 +735,7 @@ TEST_CASE("cuda: MultiHeadAttention forward and backward") {
     REQUIRE(named_cpu.size() == named_gpu.size());
     for (size_t i = 0; i < named_cpu.size(); ++i) {
       CAPTURE(named_cpu[i].first);
-      check_close(named_cpu[i].second.grad(), named_gpu[i].second.grad(), {2e-4, 2e-5},
-                  "parameter gradient");
+      check_close(named_cpu[i].second.grad(), named_gpu[i].second.grad(), {2e-4, 2e-5}, "parameter gradient");
     }
   }
 }
@@ -824,8 +775,7 @@ TEST_CASE("cuda: TransformerLM, one training step (forward, loss, backward, clip
   REQUIRE(named_cpu.size() == named_gpu.size());
   for (size_t i = 0; i < named_cpu.size(); ++i) {
     CAPTURE(named_cpu[i].first);
-    check_close(named_cpu[i].second.grad(), named_gpu[i].second.grad(), {5e-4, 5e-6},
-                "parameter gradient");
+    check_close(named_cpu[i].second.grad(), named_gpu[i].second.grad(), {5e-4, 5e-6}, "parameter gradient");
   }
   const double norm_cpu = nn::clip_grad_norm_(lm_cpu.parameters(), 0.1);
   const double norm_gpu = nn::clip_grad_norm_(lm_gpu.parameters(), 0.1);
@@ -835,8 +785,7 @@ TEST_CASE("cuda: TransformerLM, one training step (forward, loss, backward, clip
   for (size_t i = 0; i < named_cpu.size(); ++i) {
     CAPTURE(named_cpu[i].first);
     // One AdamW step moves each weight by about lr; a gradient off by 5e-4 relative moves it less.
-    check_close(named_cpu[i].second.detach(), named_gpu[i].second.detach(), {1e-4, 1e-5},
-                "parameter after a step");
+    check_close(named_cpu[i].second.detach(), named_gpu[i].second.detach(), {1e-4, 1e-5}, "parameter after a step");
   }
   // The second forward after the step agrees too.
   lm_cpu.eval();

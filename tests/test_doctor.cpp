@@ -38,8 +38,8 @@ const nn::NamedTensors& trained_state() {
     for (int step = 0; step < 300; ++step) {
       auto [x, y] = batch(32);
       // predict y[t] = x[t-3]: targets are the input shifted by three (first three are noise)
-      Tensor loss = F::cross_entropy(model.forward(x).narrow(1, 3, kContext - 3),
-                                     x.narrow(1, 0, kContext - 3).contiguous());
+      Tensor loss =
+          F::cross_entropy(model.forward(x).narrow(1, 3, kContext - 3), x.narrow(1, 0, kContext - 3).contiguous());
       opt.zero_grad();
       loss.backward();
       opt.step();
@@ -111,8 +111,8 @@ TEST_CASE("the doctor flags a missing scale and a scale by d_model") {
   auto wrong = trained_model();
   for (size_t i = 0; i < wrong->blocks->size(); ++i) {
     auto& attn = wrong->block(i)->self_attn;
-    attn->scaling = std::make_shared<nn::AttentionScaling>(nn::AttentionScale::Fixed, attn->d_head(), 2,
-                                                           1.0 / std::sqrt(32.0));
+    attn->scaling =
+        std::make_shared<nn::AttentionScaling>(nn::AttentionScale::Fixed, attn->d_head(), 2, 1.0 / std::sqrt(32.0));
   }
   const doctor::Report b = diagnose(*wrong);
   INFO(b.table());

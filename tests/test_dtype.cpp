@@ -25,8 +25,7 @@ double half_reference_value(uint16_t h) {
   const int sign = h >> 15, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
   double v;
   if (exponent == 0x1f)
-    v = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                 : std::numeric_limits<double>::infinity();
+    v = mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
   else if (exponent == 0)
     v = std::ldexp(static_cast<double>(mantissa), -24);
   else
@@ -65,18 +64,15 @@ uint16_t bfloat16_reference_round(float f) {
   const double x = f, down = bits_to_float(truncated);
   const uint32_t up_bits = truncated + 0x10000u;
   // Above the largest finite bfloat16 the next candidate is Inf (exponent all ones).
-  const double up = ((up_bits & 0x7f800000u) == 0x7f800000u)
-                        ? std::copysign(std::ldexp(1.0, 128), x)
-                        : static_cast<double>(bits_to_float(up_bits));
+  const double up = ((up_bits & 0x7f800000u) == 0x7f800000u) ? std::copysign(std::ldexp(1.0, 128), x)
+                                                             : static_cast<double>(bits_to_float(up_bits));
   const double d_down = std::fabs(x - down), d_up = std::fabs(up - x);
   if (d_down < d_up) return static_cast<uint16_t>(truncated >> 16);
   if (d_up < d_down) return static_cast<uint16_t>(up_bits >> 16);
   return static_cast<uint16_t>(((truncated >> 16) & 1) ? up_bits >> 16 : truncated >> 16);
 }
 
-bool same_float(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || float_to_bits(a) == float_to_bits(b);
-}
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || float_to_bits(a) == float_to_bits(b); }
 
 // Floats that exercise every rounding case of the half conversion: each half value, the
 // midpoints between neighbours, one float ulp either side, plus a sweep of bit patterns.
@@ -84,11 +80,10 @@ std::vector<float> half_probe_floats() {
   std::vector<float> out;
   for (uint32_t h = 0; h < 0x7c00; ++h) {
     const float v = static_cast<float>(half_reference_value(static_cast<uint16_t>(h)));
-    const float next = static_cast<float>(
-        h + 1 == 0x7c00 ? 65536.0 : half_reference_value(static_cast<uint16_t>(h + 1)));
+    const float next =
+        static_cast<float>(h + 1 == 0x7c00 ? 65536.0 : half_reference_value(static_cast<uint16_t>(h + 1)));
     const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);  // exact in float
-    for (float f :
-         {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), std::nextafter(v, 1e9f)}) {
+    for (float f : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), std::nextafter(v, 1e9f)}) {
       out.push_back(f);
       out.push_back(-f);
     }
@@ -130,13 +125,11 @@ TEST_CASE("half -> float: all 65536 bit patterns, portable vs F16C vs the IEEE d
     if (std::isnan(reference)) {
       ok = ok && std::isnan(portable) && std::signbit(portable) == ((bits & 0x8000) != 0);
     } else {
-      ok = ok && static_cast<double>(portable) == reference &&
-           std::signbit(portable) == ((bits & 0x8000) != 0);
+      ok = ok && static_cast<double>(portable) == reference && std::signbit(portable) == ((bits & 0x8000) != 0);
     }
     if (!ok && ++mismatches <= 10)
-      FAIL_CHECK("half 0x" << std::hex << h << ": portable 0x" << float_to_bits(portable)
-                           << ", F16C 0x" << float_to_bits(fast) << std::dec << ", reference "
-                           << reference);
+      FAIL_CHECK("half 0x" << std::hex << h << ": portable 0x" << float_to_bits(portable) << ", F16C 0x"
+                           << float_to_bits(fast) << std::dec << ", reference " << reference);
   }
   CHECK(mismatches == 0);
 #if defined(__F16C__)
@@ -160,9 +153,8 @@ TEST_CASE("float -> half: portable vs F16C vs round-to-nearest-even reference") 
       ok = portable == fast && portable == half_reference_round(f);
     }
     if (!ok && ++mismatches <= 10)
-      FAIL_CHECK("float " << f << " (0x" << std::hex << float_to_bits(f) << "): portable 0x"
-                          << portable << ", F16C 0x" << fast << ", reference 0x"
-                          << half_reference_round(f) << std::dec);
+      FAIL_CHECK("float " << f << " (0x" << std::hex << float_to_bits(f) << "): portable 0x" << portable << ", F16C 0x"
+                          << fast << ", reference 0x" << half_reference_round(f) << std::dec);
   }
   CHECK(mismatches == 0);
 }
@@ -176,13 +168,11 @@ TEST_CASE("float -> half: named cases") {
   CHECK(float_to_half_bits_portable(1e6f) == 0x7c00);
   CHECK(float_to_half_bits_portable(-1e6f) == 0xfc00);
   CHECK(float_to_half_bits_portable(std::numeric_limits<float>::infinity()) == 0x7c00);
-  CHECK(float_to_half_bits_portable(5.960464477539063e-08f) ==
-        0x0001);  // 2^-24, smallest subnormal
+  CHECK(float_to_half_bits_portable(5.960464477539063e-08f) == 0x0001);   // 2^-24, smallest subnormal
   CHECK(float_to_half_bits_portable(2.9802322387695312e-08f) == 0x0000);  // 2^-25: tie to even (0)
-  CHECK(float_to_half_bits_portable(8.940696716308594e-08f) ==
-        0x0002);  // 1.5 * 2^-24: tie to even (2)
-  CHECK(float_to_half_bits_portable(6.097555160522461e-05f) == 0x03ff);  // largest subnormal
-  CHECK(float_to_half_bits_portable(6.103515625e-05f) == 0x0400);        // smallest normal
+  CHECK(float_to_half_bits_portable(8.940696716308594e-08f) == 0x0002);   // 1.5 * 2^-24: tie to even (2)
+  CHECK(float_to_half_bits_portable(6.097555160522461e-05f) == 0x03ff);   // largest subnormal
+  CHECK(float_to_half_bits_portable(6.103515625e-05f) == 0x0400);         // smallest normal
   // 1 + 2^-11 is the midpoint between 1 and 1 + 2^-10: ties to even (1.0).
   CHECK(float_to_half_bits_portable(1.00048828125f) == 0x3c00);
   // 1 + 3 * 2^-11 is the midpoint between 1 + 2^-10 and 1 + 2^-9: ties to even (1 + 2^-9).
@@ -216,8 +206,7 @@ TEST_CASE("float -> bfloat16 rounds to nearest even and keeps NaN") {
   CHECK(float_to_bfloat16_bits(std::numeric_limits<float>::denorm_min()) == 0x0000);
   // NaNs stay NaN (quiet), whatever their payload, including ones whose payload sits in the
   // low 16 bits only (truncating would make them Inf) and signalling ones.
-  for (uint32_t nan_bits :
-       {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0x7f80ffffu, 0xffc12345u}) {
+  for (uint32_t nan_bits : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0x7f80ffffu, 0xffc12345u}) {
     const uint16_t b = float_to_bfloat16_bits(bits_to_float(nan_bits));
     CAPTURE(nan_bits);
     CHECK(std::isnan(bfloat16_bits_to_float(b)));
@@ -236,8 +225,7 @@ TEST_CASE("float -> bfloat16 against the reference on a sweep of bit patterns") 
     if (std::isnan(f)) continue;
     const uint16_t got = float_to_bfloat16_bits(f), want = bfloat16_reference_round(f);
     if (got != want && ++mismatches <= 10)
-      FAIL_CHECK("float 0x" << std::hex << bits << ": got 0x" << got << ", want 0x" << want
-                            << std::dec);
+      FAIL_CHECK("float 0x" << std::hex << bits << ": got 0x" << got << ", want 0x" << want << std::dec);
   }
   // Every tie: low 16 bits exactly 0x8000, for many high parts.
   for (uint32_t high = 0; high < 0x7f80; high += 3) {
@@ -299,8 +287,7 @@ TEST_CASE("float16/bfloat16 arithmetic computes in float32 and rounds once") {
     Tensor a = (randn({48, 64}) * 3.0).to(dt).t();
     Tensor b = (rand({48}) + 0.5).to(dt);
     Tensor pos = (rand({64, 48}) * 4.0 + 0.1).to(dt);
-    const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(),
-                             pv = pos.to_vector<float>();
+    const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), pv = pos.to_vector<float>();
     struct Case {
       const char* name;
       Tensor out;

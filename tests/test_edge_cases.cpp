@@ -62,10 +62,10 @@ TEST_CASE("softmax: -inf entries, fully masked rows, NaN and +inf rows, huge log
     const std::vector<double> partly = reference_softmax(rows[0]);
     for (int c = 0; c < 4; ++c) {
       CHECK(got[c] == doctest::Approx(partly[c]).epsilon(1e-6));
-      CHECK(got[4 + c] == 0.0);               // fully masked: zeros
-      CHECK(got_log[4 + c] == -kInf);         // and -inf log-probabilities
-      CHECK(std::isnan(got[8 + c]));          // NaN row
-      CHECK(std::isnan(got[12 + c]));         // +inf row (inf - inf)
+      CHECK(got[4 + c] == 0.0);        // fully masked: zeros
+      CHECK(got_log[4 + c] == -kInf);  // and -inf log-probabilities
+      CHECK(std::isnan(got[8 + c]));   // NaN row
+      CHECK(std::isnan(got[12 + c]));  // +inf row (inf - inf)
     }
     CHECK(got[1] == 0.0);  // -inf entries get exactly 0
     CHECK(got[3] == 0.0);
@@ -91,7 +91,8 @@ TEST_CASE("softmax: -inf entries, fully masked rows, NaN and +inf rows, huge log
     // Softmax gradient of row 0 in float64: dy_j/dx_i = y_j (delta_ij - y_i).
     for (int i : {0, 2}) {
       double expected = 0;
-      for (int j = 0; j < 4; ++j) expected += (j == 0 ? 0.3 : j == 1 ? -1.0 : j == 2 ? 0.7 : 2.0) * partly[j] * ((i == j) - partly[i]);
+      for (int j = 0; j < 4; ++j)
+        expected += (j == 0 ? 0.3 : j == 1 ? -1.0 : j == 2 ? 0.7 : 2.0) * partly[j] * ((i == j) - partly[i]);
       CHECK(g[i] == doctest::Approx(expected).epsilon(1e-5));
     }
   }
@@ -107,7 +108,8 @@ TEST_CASE("attention: a fully masked query row gives zeros and zero gradients on
     Tensor v = randn({B, H, S, D}, kFloat64).requires_grad_();
     F::AttentionMask mask;
     // Query row 1 may attend nothing; batch 1 has no valid keys at all (length 0).
-    mask.keep = from_vector(std::vector<int64_t>{1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {T, S}) == full({T, S}, 1.0, kInt64);
+    mask.keep =
+        from_vector(std::vector<int64_t>{1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {T, S}) == full({T, S}, 1.0, kInt64);
     mask.key_lengths = from_vector(std::vector<int64_t>{S, 0}, {B});
     Tensor out, weights;
     if (path == 0) {

@@ -110,8 +110,8 @@ TEST_CASE("flash attention gradients pass gradcheck with masks and dropout") {
   m.causal = true;
   m.key_lengths = tensor({6}, kInt64);
   m.additive = randn({1, 2, 5, 7}, kFloat64);
-  auto plain = gradcheck([&](const std::vector<Tensor>& in) { return F::flash_attention(in[0], in[1], in[2], m); },
-                         {q, k, v});
+  auto plain =
+      gradcheck([&](const std::vector<Tensor>& in) { return F::flash_attention(in[0], in[1], in[2], m); }, {q, k, v});
   CHECK_MESSAGE(plain.passed, plain.message);
   auto with_dropout = gradcheck(
       [&](const std::vector<Tensor>& in) {

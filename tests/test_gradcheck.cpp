@@ -144,17 +144,14 @@ TEST_CASE("gradcheck: registry selection and registration rules") {
 
 TEST_CASE("gradcheck: case inputs follow their specs and are reproducible") {
   SUBCASE("positive, away from kinks, distinct") {
-    const std::vector<double> pos =
-        op_cases::make_input(InputSpec::positive({50}), 3).to_vector<double>();
+    const std::vector<double> pos = op_cases::make_input(InputSpec::positive({50}), 3).to_vector<double>();
     for (double v : pos) CHECK((v >= 0.5 && v < 2.0));
     const std::vector<double> away =
         op_cases::make_input(InputSpec::away_from({200}, {0.0, 0.5}, 0.1), 4).to_vector<double>();
     for (double v : away) CHECK((std::fabs(v) >= 0.1 && std::fabs(v - 0.5) >= 0.1));
     // Two distinct grids with offsets 0 and 0.5 never share a value.
-    const std::vector<double> a =
-        op_cases::make_input(InputSpec::distinct({7, 3}), 5).to_vector<double>();
-    const std::vector<double> b =
-        op_cases::make_input(InputSpec::distinct({4}, 0.5), 6).to_vector<double>();
+    const std::vector<double> a = op_cases::make_input(InputSpec::distinct({7, 3}), 5).to_vector<double>();
+    const std::vector<double> b = op_cases::make_input(InputSpec::distinct({4}, 0.5), 6).to_vector<double>();
     std::set<double> seen(a.begin(), a.end());
     CHECK(seen.size() == a.size());
     for (double v : b)
@@ -191,8 +188,7 @@ TEST_CASE("gradcheck: case inputs follow their specs and are reproducible") {
   }
   SUBCASE("same seed, same inputs; another seed, other inputs") {
     const OpCase& c = *op_cases::select_cases("matmul_2d").at(0);
-    const std::vector<Tensor> first = op_cases::make_inputs(c, 9),
-                              again = op_cases::make_inputs(c, 9);
+    const std::vector<Tensor> first = op_cases::make_inputs(c, 9), again = op_cases::make_inputs(c, 9);
     const std::vector<Tensor> other = op_cases::make_inputs(c, 10);
     REQUIRE(first.size() == 2);
     CHECK(first[0].to_vector<double>() == again[0].to_vector<double>());
@@ -213,9 +209,7 @@ Tensor square_with_backward_factor(const Tensor& x, double factor) {
   if (any_requires_grad({&x})) {
     SavedTensor saved(x, "square_with_backward_factor");
     record_op("square_with_backward_factor", {&x}, out,
-              [saved, factor](const Tensor& g) -> std::vector<Tensor> {
-                return {g * saved.get() * (2.0 * factor)};
-              });
+              [saved, factor](const Tensor& g) -> std::vector<Tensor> { return {g * saved.get() * (2.0 * factor)}; });
   }
   return out;
 }
@@ -241,9 +235,7 @@ Tensor mul_with_swapped_backward(const Tensor& a, const Tensor& b) {
 TEST_CASE("gradcheck: detects a backward that is off by a factor and reports the worst entry") {
   Tensor x = tensor({0.5, -1.5, 1.0, 0.25}, kFloat64).requires_grad_();
   auto fn = [](double factor) {
-    return [factor](const std::vector<Tensor>& in) {
-      return square_with_backward_factor(in[0], factor);
-    };
+    return [factor](const std::vector<Tensor>& in) { return square_with_backward_factor(in[0], factor); };
   };
   // Control: the correct backward passes.
   const GradcheckResult good = gradcheck(fn(1.0), {x});
@@ -272,9 +264,8 @@ TEST_CASE("gradcheck: detects a backward that is off by a factor and reports the
 TEST_CASE("gradcheck: reports which input has the wrong gradient") {
   Tensor a = tensor({{0.3, -0.7}, {1.1, 0.4}}, kFloat64).requires_grad_();
   Tensor b = tensor({{2.0, 0.5}, {-1.0, 3.0}}, kFloat64).requires_grad_();
-  const GradcheckResult r = gradcheck(
-      [](const std::vector<Tensor>& in) { return mul_with_swapped_backward(in[0], in[1]); },
-      {a, b});
+  const GradcheckResult r =
+      gradcheck([](const std::vector<Tensor>& in) { return mul_with_swapped_backward(in[0], in[1]); }, {a, b});
   CHECK_FALSE(r.passed);
   // dout/db_k should be a_k; the backward gives b_k. Worst |a_k - b_k|: element 3 (3.0 vs 0.4).
   CHECK(r.worst_input == 1);
@@ -285,9 +276,7 @@ TEST_CASE("gradcheck: reports which input has the wrong gradient") {
 
   // With b not requiring grad only a is checked, and a's gradient is right.
   Tensor b_fixed = b.detach();
-  CHECK(gradcheck(
-            [](const std::vector<Tensor>& in) { return mul_with_swapped_backward(in[0], in[1]); },
-            {a, b_fixed})
+  CHECK(gradcheck([](const std::vector<Tensor>& in) { return mul_with_swapped_backward(in[0], in[1]); }, {a, b_fixed})
             .passed);
 }
 
@@ -302,17 +291,42 @@ TEST_CASE("gradcheck: a case that throws is reported as a failure, not an abort"
 }
 
 TEST_CASE("gradcheck: the registry covers LayerNorm, every attention path and every layer") {
-  const char* layers[] = {"layer_norm", "sdpa_composed", "sdpa_additive_mask_grad", "flash_attention",
-                          "flash_attention_multiblock", "flash_attention_keep_mask", "flash_attention_key_lengths",
-                          "flash_attention_key_padding", "flash_attention_window", "flash_attention_additive",
-                          "flash_attention_dropout", "flash_attention_packed", "layer_linear", "layer_embedding",
-                          "layer_layer_norm", "layer_feed_forward_gelu", "layer_learned_positions",
-                          "layer_sdpa_sqrt_dk", "layer_sdpa_none", "layer_sdpa_learnable", "layer_sdpa_affine",
-                          "layer_sdpa_cosine", "layer_mha_separate", "layer_mha_fused_qkv", "layer_mha_per_head",
-                          "layer_mha_shared_kv", "layer_mha_window", "layer_mha_cross_padding",
-                          "layer_additive_attention", "layer_encoder_pre_ln", "layer_encoder_post_ln",
-                          "layer_decoder_pre_ln", "layer_decoder_post_ln", "layer_transformer_lm",
-                          "layer_transformer_lm_tied", "layer_transformer_seq2seq"};
+  const char* layers[] = {"layer_norm",
+                          "sdpa_composed",
+                          "sdpa_additive_mask_grad",
+                          "flash_attention",
+                          "flash_attention_multiblock",
+                          "flash_attention_keep_mask",
+                          "flash_attention_key_lengths",
+                          "flash_attention_key_padding",
+                          "flash_attention_window",
+                          "flash_attention_additive",
+                          "flash_attention_dropout",
+                          "flash_attention_packed",
+                          "layer_linear",
+                          "layer_embedding",
+                          "layer_layer_norm",
+                          "layer_feed_forward_gelu",
+                          "layer_learned_positions",
+                          "layer_sdpa_sqrt_dk",
+                          "layer_sdpa_none",
+                          "layer_sdpa_learnable",
+                          "layer_sdpa_affine",
+                          "layer_sdpa_cosine",
+                          "layer_mha_separate",
+                          "layer_mha_fused_qkv",
+                          "layer_mha_per_head",
+                          "layer_mha_shared_kv",
+                          "layer_mha_window",
+                          "layer_mha_cross_padding",
+                          "layer_additive_attention",
+                          "layer_encoder_pre_ln",
+                          "layer_encoder_post_ln",
+                          "layer_decoder_pre_ln",
+                          "layer_decoder_post_ln",
+                          "layer_transformer_lm",
+                          "layer_transformer_lm_tied",
+                          "layer_transformer_seq2seq"};
   for (const char* name : layers) {
     CAPTURE(name);
     CHECK(op_cases::OpCaseRegistry::global().find(name) != nullptr);

@@ -180,9 +180,8 @@ TEST_CASE("init: orthogonal_ gives orthonormal rows or columns times the gain") 
     double gain;
   };
   manual_seed(74);
-  for (const Case& c :
-       {Case{{8, 5}, 1.0}, Case{{3, 7}, 1.0}, Case{{6, 6}, 1.0}, Case{{40, 12}, 1.5},
-        Case{{5, 20}, 0.5}, Case{{4, 2, 3}, 2.0}, Case{{1, 9}, 1.0}, Case{{9, 1}, 1.0}}) {
+  for (const Case& c : {Case{{8, 5}, 1.0}, Case{{3, 7}, 1.0}, Case{{6, 6}, 1.0}, Case{{40, 12}, 1.5},
+                        Case{{5, 20}, 0.5}, Case{{4, 2, 3}, 2.0}, Case{{1, 9}, 1.0}, Case{{9, 1}, 1.0}}) {
     CAPTURE(shape_str(c.shape));
     CAPTURE(c.gain);
     Tensor t = empty(c.shape, kFloat64);

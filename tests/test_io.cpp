@@ -23,8 +23,7 @@ struct TempDir {
   fs::path path;
   TempDir() {
     static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("heed_test_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path = fs::temp_directory_path() / ("heed_test_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -86,9 +85,8 @@ void check_rejected(const TempDir& dir, const std::string& bytes, const std::str
   INFO("file error: " << from_file);
   CHECK(contains(from_file, "heed::load_safetensors: " + path + ": "));
   CHECK(contains(from_file, problem));
-  const std::string from_memory = error_message([&] {
-    io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "buffer");
-  });
+  const std::string from_memory = error_message(
+      [&] { io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "buffer"); });
   INFO("memory error: " << from_memory);
   CHECK(contains(from_memory, "heed::load_safetensors: buffer: "));
   CHECK(contains(from_memory, problem));
@@ -108,20 +106,15 @@ Tensor random_tensor(const Dims& shape, DType dtype) {
 TEST_CASE("safetensors round trip: every dtype, 0-d, empty and non-contiguous tensors") {
   manual_seed(7);
   TempDir dir;
-  const std::vector<DType> dtypes = {kFloat32, kFloat64, kFloat16, kBFloat16,
-                                     kInt32,   kInt64,   kBool};
-  const std::vector<Dims> shapes = {Dims{},     Dims{0},       Dims{5},
-                                    Dims{2, 3}, Dims{2, 0, 4}, Dims{1, 2, 3, 2}};
+  const std::vector<DType> dtypes = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool};
+  const std::vector<Dims> shapes = {Dims{}, Dims{0}, Dims{5}, Dims{2, 3}, Dims{2, 0, 4}, Dims{1, 2, 3, 2}};
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (DType dtype : dtypes) {
     for (size_t s = 0; s < shapes.size(); ++s)
-      tensors.emplace_back(fmt::format("{}.shape{}", dtype_name(dtype), s),
-                           random_tensor(shapes[s], dtype));
+      tensors.emplace_back(fmt::format("{}.shape{}", dtype_name(dtype), s), random_tensor(shapes[s], dtype));
     // Non-contiguous: a transpose and a strided slice.
-    tensors.emplace_back(fmt::format("{}.transposed", dtype_name(dtype)),
-                         random_tensor({3, 4}, dtype).t());
-    tensors.emplace_back(fmt::format("{}.strided", dtype_name(dtype)),
-                         random_tensor({4, 6}, dtype).slice(1, 1, 6, 2));
+    tensors.emplace_back(fmt::format("{}.transposed", dtype_name(dtype)), random_tensor({3, 4}, dtype).t());
+    tensors.emplace_back(fmt::format("{}.strided", dtype_name(dtype)), random_tensor({4, 6}, dtype).slice(1, 1, 6, 2));
   }
   CHECK_FALSE(tensors.back().second.is_contiguous());
   // A tensor that requires grad is saved by value.
@@ -167,8 +160,7 @@ TEST_CASE("safetensors: half-precision bit patterns survive exactly") {
     std::memcpy(t.raw_data(), bits.data(), bits.size() * 2);
     const std::string bytes = io::serialize_safetensors({{"x", t}});
     const Tensor back =
-        io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "mem")
-            .get("x");
+        io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "mem").get("x");
     REQUIRE(back.dtype() == dtype);
     CHECK(std::memcmp(back.raw_data(), bits.data(), bits.size() * 2) == 0);
   }
@@ -177,10 +169,7 @@ TEST_CASE("safetensors: half-precision bit patterns survive exactly") {
 TEST_CASE("safetensors: metadata round trip") {
   TempDir dir;
   const std::map<std::string, std::string> metadata = {
-      {"format", "pt"},
-      {"step", "1200"},
-      {"note", "quotes \" and \\ and unicode \xc3\xa9"},
-      {"", ""}};
+      {"format", "pt"}, {"step", "1200"}, {"note", "quotes \" and \\ and unicode \xc3\xa9"}, {"", ""}};
   const std::string path = dir.file("meta.safetensors");
   io::save_safetensors(path, {{"w", ones({2, 2})}}, metadata);
   const io::SafetensorsFile file = io::load_safetensors(path);
@@ -213,9 +202,8 @@ TEST_CASE("safetensors: the writer produces the exact byte layout") {
   expected += header;
   expected.append(reinterpret_cast<const char*>(data), sizeof data);
 
-  const std::vector<std::pair<std::string, Tensor>> tensors = {{"b", tensor({1.0, -2.5}, kFloat32)},
-                                                               {"a", scalar_tensor(7, kInt64)},
-                                                               {"e", empty({0}, kFloat16)}};
+  const std::vector<std::pair<std::string, Tensor>> tensors = {
+      {"b", tensor({1.0, -2.5}, kFloat32)}, {"a", scalar_tensor(7, kInt64)}, {"e", empty({0}, kFloat16)}};
   const std::string path = dir.file("layout.safetensors");
   io::save_safetensors(path, tensors, {{"format", "pt"}});
   CHECK(read_bytes(path) == expected);
@@ -251,11 +239,9 @@ TEST_CASE("safetensors loader: header variants other writers produce are accepte
 }
 
 TEST_CASE("safetensors loader: BOOL bytes other than 0/1 read as true") {
-  const std::string bytes = assemble(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})",
-                                     std::string("\x00\x02\xff", 3));
-  const Tensor m =
-      io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "mem")
-          .get("m");
+  const std::string bytes =
+      assemble(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x00\x02\xff", 3));
+  const Tensor m = io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "mem").get("m");
   const auto* raw = static_cast<const uint8_t*>(m.raw_data());
   CHECK(raw[0] == 0);
   CHECK(raw[1] == 1);
@@ -281,19 +267,16 @@ TEST_CASE("safetensors loader rejects corrupted files with a precise heed::Error
     check_rejected(dir, good.substr(0, 0), "shorter than the 8-byte header length");
     check_rejected(dir, good.substr(0, 5), "shorter than the 8-byte header length");
     check_rejected(dir, good.substr(0, 8), "larger than the rest of the file");
-    check_rejected(dir, good.substr(0, 8 + good_header.size() / 2),
-                   "larger than the rest of the file");
+    check_rejected(dir, good.substr(0, 8 + good_header.size() / 2), "larger than the rest of the file");
     check_rejected(dir, good.substr(0, 8 + good_header.size()), "out of range");
     check_rejected(dir, good.substr(0, 8 + good_header.size() + 12), "out of range");
     check_rejected(dir, good.substr(0, good.size() - 1), "out of range");
   }
   SUBCASE("header length larger than the file") {
-    check_rejected(dir, u64_le(good_header.size() + 100) + good_header + good_data,
-                   "larger than the rest of the file");
+    check_rejected(dir, u64_le(good_header.size() + 100) + good_header + good_data, "larger than the rest of the file");
   }
   SUBCASE("huge header lengths") {
-    check_rejected(dir, u64_le(uint64_t{1} << 63) + good_header + good_data,
-                   "larger than the rest of the file");
+    check_rejected(dir, u64_le(uint64_t{1} << 63) + good_header + good_data, "larger than the rest of the file");
     check_rejected(dir, u64_le(~uint64_t{0}) + good_header, "larger than the rest of the file");
   }
   SUBCASE("header length above the cap") {
@@ -302,9 +285,8 @@ TEST_CASE("safetensors loader rejects corrupted files with a precise heed::Error
     const std::string prefix = u64_le(io::kMaxSafetensorsHeaderBytes + 1);
     std::string big(io::kMaxSafetensorsHeaderBytes + 16, ' ');
     std::memcpy(big.data(), prefix.data(), 8);
-    const std::string message = error_message([&] {
-      io::parse_safetensors(reinterpret_cast<const uint8_t*>(big.data()), big.size(), "big");
-    });
+    const std::string message =
+        error_message([&] { io::parse_safetensors(reinterpret_cast<const uint8_t*>(big.data()), big.size(), "big"); });
     CHECK(contains(message, "heed::load_safetensors: big: "));
     CHECK(contains(message, "exceeds the limit"));
   }
@@ -324,59 +306,41 @@ TEST_CASE("safetensors loader rejects corrupted files with a precise heed::Error
                    "unknown dtype 'F33'");
     check_rejected(dir, header_only(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})"),
                    "dtype 'U8' is not supported");
-    check_rejected(dir, header_only(R"({"a":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})"),
-                   "dtype must be a string");
+    check_rejected(dir, header_only(R"({"a":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})"), "dtype must be a string");
   }
   SUBCASE("negative, float and non-numeric shape entries") {
     check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})"),
                    "shape entry 0 is -2");
     check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})"),
                    "shape entry 0 is 2.0");
-    check_rejected(dir,
-                   header_only(R"({"a":{"dtype":"F32","shape":[1,"2"],"data_offsets":[0,8]}})"),
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[1,"2"],"data_offsets":[0,8]}})"),
                    "shape entry 1 is \"2\"");
     check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})"),
                    "shape must be an array");
-    check_rejected(
-        dir,
-        header_only(R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})"),
-        "at most 8");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})"),
+                   "at most 8");
   }
   SUBCASE("shape products that overflow") {
-    check_rejected(
-        dir,
-        header_only(
-            R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})"),
-        "overflow");
-    check_rejected(
-        dir,
-        header_only(
-            R"({"a":{"dtype":"F64","shape":[1152921504606846976,16],"data_offsets":[0,8]}})"),
-        "overflow");
-    check_rejected(
-        dir,
-        header_only(R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})"),
-        "too large");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})"),
+                   "overflow");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F64","shape":[1152921504606846976,16],"data_offsets":[0,8]}})"),
+                   "overflow");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})"),
+                   "too large");
   }
   SUBCASE("data_offsets out of range, reversed, malformed") {
-    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})"),
-                   "out of range");
-    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})"),
-                   "begin > end");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})"), "out of range");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})"), "begin > end");
     check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})"),
                    "non-negative integers");
     check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})"),
                    "data_offsets must be an array [begin, end]");
-    check_rejected(
-        dir,
-        header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551615]}})"),
-        "out of range");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551615]}})"),
+                   "out of range");
   }
   SUBCASE("byte count differs from shape x element size") {
-    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})"),
-                   "size mismatch");
-    check_rejected(dir, header_only(R"({"a":{"dtype":"F64","shape":[],"data_offsets":[0,4]}})"),
-                   "size mismatch");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})"), "size mismatch");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F64","shape":[],"data_offsets":[0,4]}})"), "size mismatch");
   }
   SUBCASE("overlapping ranges") {
     check_rejected(dir,
@@ -398,13 +362,10 @@ TEST_CASE("safetensors loader rejects corrupted files with a precise heed::Error
                    header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})"),
                    "the key 'a' twice");
-    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2]}})"),
-                   "missing 'data_offsets'");
-    check_rejected(
-        dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}})"),
-        "unexpected key 'extra'");
-    check_rejected(dir,
-                   header_only("{\"a\":" + std::string(5000, '[') + std::string(5000, ']') + "}"),
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2]}})"), "missing 'data_offsets'");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}})"),
+                   "unexpected key 'extra'");
+    check_rejected(dir, header_only("{\"a\":" + std::string(5000, '[') + std::string(5000, ']') + "}"),
                    "nests objects or arrays deeper");
   }
 }
@@ -422,29 +383,21 @@ TEST_CASE("safetensors loader: missing files, directories and lookups") {
   CHECK(contains(m3, "no tensor named 'v'"));
   CHECK(contains(m3, "w"));
   // A null pointer with a size is refused, an empty buffer is "truncated".
-  CHECK(contains(error_message([] { io::parse_safetensors(nullptr, 8, "np"); }),
-                 "null data pointer"));
-  CHECK(contains(error_message([] { io::parse_safetensors(nullptr, 0, "empty"); }),
-                 "shorter than the 8-byte"));
+  CHECK(contains(error_message([] { io::parse_safetensors(nullptr, 8, "np"); }), "null data pointer"));
+  CHECK(contains(error_message([] { io::parse_safetensors(nullptr, 0, "empty"); }), "shorter than the 8-byte"));
 }
 
 TEST_CASE("save_safetensors refuses duplicate, reserved and undefined entries") {
   TempDir dir;
   const std::string path = dir.file("bad.safetensors");
-  const std::string m1 = error_message([&] {
-    io::save_safetensors(path, {{"w", ones({1})}, {"w", zeros({2})}});
-  });
+  const std::string m1 = error_message([&] { io::save_safetensors(path, {{"w", ones({1})}, {"w", zeros({2})}}); });
   CHECK(contains(m1, "heed::save_safetensors"));
   CHECK(contains(m1, "'w' appears more than once"));
-  const std::string m2 = error_message([&] {
-    io::save_safetensors(path, {{"__metadata__", ones({1})}});
-  });
+  const std::string m2 = error_message([&] { io::save_safetensors(path, {{"__metadata__", ones({1})}}); });
   CHECK(contains(m2, "reserved"));
   const std::string m3 = error_message([&] { io::save_safetensors(path, {{"u", Tensor()}}); });
   CHECK(contains(m3, "undefined"));
-  const std::string m4 = error_message([&] {
-    io::save_safetensors(path, {{"bad\xff", ones({1})}});
-  });
+  const std::string m4 = error_message([&] { io::save_safetensors(path, {{"bad\xff", ones({1})}}); });
   CHECK(contains(m4, "UTF-8"));
   CHECK_FALSE(fs::exists(path));  // nothing was written
 }
@@ -484,8 +437,7 @@ TEST_CASE("write_file_atomic keeps the old file when the writer fails") {
   const std::string nowhere = dir.file("no/such/dir/file.bin");
   const std::string message = error_message([&] { io::write_file_atomic(nowhere, "x"); });
   CHECK(contains(message, "heed::write_file_atomic: " + nowhere));
-  const std::string onto_directory =
-      error_message([&] { io::write_file_atomic(dir.path.string(), "x"); });
+  const std::string onto_directory = error_message([&] { io::write_file_atomic(dir.path.string(), "x"); });
   CHECK(contains(onto_directory, "heed::write_file_atomic"));
   CHECK(fs::is_directory(dir.path));
 }
@@ -493,8 +445,7 @@ TEST_CASE("write_file_atomic keeps the old file when the writer fails") {
 TEST_CASE("save_json / load_json") {
   TempDir dir;
   const std::string path = dir.file("config.json");
-  const nlohmann::json value = {
-      {"lr", 3e-4}, {"steps", 2000}, {"name", "lm"}, {"betas", {0.9, 0.95}}};
+  const nlohmann::json value = {{"lr", 3e-4}, {"steps", 2000}, {"name", "lm"}, {"betas", {0.9, 0.95}}};
   io::save_json(path, value);
   CHECK(io::load_json(path) == value);
   CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);

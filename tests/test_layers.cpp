@@ -29,8 +29,7 @@ Tensor leaf(const Values& v, const Dims& shape, DType dtype = kFloat64) {
 
 // sum(out * probe) for a fixed probe: one scalar whose gradient is probe-weighted.
 Tensor probe_sum(const Tensor& out, uint64_t seed) {
-  const Tensor probe = to_tensor(ref::random_values(static_cast<size_t>(out.numel()), seed),
-                                 out.shape(), out.dtype());
+  const Tensor probe = to_tensor(ref::random_values(static_cast<size_t>(out.numel()), seed), out.shape(), out.dtype());
   return sum(out * probe);
 }
 
@@ -71,9 +70,8 @@ TEST_CASE("Linear: non-contiguous input and float64 module") {
   Values x_rows(12);
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 3; ++j) x_rows[i * 3 + j] = xt[j * 4 + i];
-  check_close(layer(x),
-              ref::linear(x_rows, 3, ref::values(layer.weight), ref::values(layer.bias), 2), 1e-12,
-              1e-12, "linear float64");
+  check_close(layer(x), ref::linear(x_rows, 3, ref::values(layer.weight), ref::values(layer.bias), 2), 1e-12, 1e-12,
+              "linear float64");
 }
 
 TEST_CASE("Linear: gradcheck of input, weight and bias in float64") {
@@ -81,8 +79,7 @@ TEST_CASE("Linear: gradcheck of input, weight and bias in float64") {
   nn::Linear layer(3, 2);
   layer.to(kFloat64);
   Tensor x = leaf(ref::random_values(6, 7), {2, 3});
-  expect_gradcheck([&](const std::vector<Tensor>& in) { return layer(in[0]); },
-                   {x, layer.weight, layer.bias});
+  expect_gradcheck([&](const std::vector<Tensor>& in) { return layer(in[0]); }, {x, layer.weight, layer.bias});
 }
 
 TEST_CASE("Linear: misuse") {
@@ -169,8 +166,7 @@ namespace {
 struct LayerNormGrads {
   Values dx, dw, db;
 };
-LayerNormGrads layer_norm_grads(const Values& x, int64_t C, const Values& w, const Values& g,
-                                double eps) {
+LayerNormGrads layer_norm_grads(const Values& x, int64_t C, const Values& w, const Values& g, double eps) {
   const int64_t rows = static_cast<int64_t>(x.size()) / C;
   LayerNormGrads r{Values(x.size(), 0.0), Values(C, 0.0), Values(C, 0.0)};
   for (int64_t row = 0; row < rows; ++row) {
@@ -187,9 +183,9 @@ LayerNormGrads layer_norm_grads(const Values& x, int64_t C, const Values& w, con
       double dxk = 0;
       for (int64_t c = 0; c < C; ++c) {
         const double wc = w.empty() ? 1.0 : w[c];
-        const double jac = rstd * wc *
-                           ((c == k ? 1.0 : 0.0) - 1.0 / static_cast<double>(C) -
-                            xhat[c] * xhat[k] / static_cast<double>(C));
+        const double jac =
+            rstd * wc *
+            ((c == k ? 1.0 : 0.0) - 1.0 / static_cast<double>(C) - xhat[c] * xhat[k] / static_cast<double>(C));
         dxk += g[row * C + c] * jac;
       }
       r.dx[row * C + k] = dxk;
@@ -211,9 +207,8 @@ TEST_CASE("F::layer_norm: fused forward and the three gradients against a naive 
     double eps;
   };
   // 130 and 200 rows cross the backward kernel's 64-row blocks (partial last block).
-  for (const Case& c :
-       {Case{{6, 5}, 0.0, 1e-5}, Case{{2, 3, 8}, 3.0, 1e-3}, Case{{130, 7}, 0.0, 1e-5},
-        Case{{200, 3}, 1e4, 1e-5}, Case{{4, 1}, 0.0, 1e-5}, Case{{3, 64}, -2.0, 0.1}}) {
+  for (const Case& c : {Case{{6, 5}, 0.0, 1e-5}, Case{{2, 3, 8}, 3.0, 1e-3}, Case{{130, 7}, 0.0, 1e-5},
+                        Case{{200, 3}, 1e4, 1e-5}, Case{{4, 1}, 0.0, 1e-5}, Case{{3, 64}, -2.0, 0.1}}) {
     CAPTURE(shape_str(c.shape));
     CAPTURE(c.offset);
     const int64_t C = c.shape.back();
@@ -282,9 +277,8 @@ TEST_CASE("F::layer_norm: without affine, weight only, float32 and mixed dtypes"
       check_close(y, ref::layer_norm(xr, 6, wr, {}, 1e-5), tol, tol, "forward");
       y.backward(to_tensor(g, {4, 6}, dtype));
       CHECK(xt.grad().dtype() == dtype);
-      check_close(xt.grad(),
-                  layer_norm_grads(xr, 6, wr, ref::values(to_tensor(g, {4, 6}, dtype)), 1e-5).dx,
-                  5 * tol, 5 * tol, "dx");
+      check_close(xt.grad(), layer_norm_grads(xr, 6, wr, ref::values(to_tensor(g, {4, 6}, dtype)), 1e-5).dx, 5 * tol,
+                  5 * tol, "dx");
     }
   }
   SUBCASE("float32 input with float64 parameters promotes to float64") {
@@ -298,8 +292,8 @@ TEST_CASE("F::layer_norm: without affine, weight only, float32 and mixed dtypes"
     Values rows(24);
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 6; ++j) rows[i * 6 + j] = x[j * 4 + i];
-    check_close(F::layer_norm(stored.t(), to_tensor(w, {6})), ref::layer_norm(rows, 6, w, {}, 1e-5),
-                1e-10, 1e-10, "forward");
+    check_close(F::layer_norm(stored.t(), to_tensor(w, {6})), ref::layer_norm(rows, 6, w, {}, 1e-5), 1e-10, 1e-10,
+                "forward");
   }
   SUBCASE("constant rows: zero variance gives finite output") {
     Tensor xt = leaf(Values(12, 3.0), {2, 6});
@@ -314,12 +308,8 @@ TEST_CASE("F::layer_norm and the LayerNorm module: gradcheck in float64") {
   Tensor x = leaf(ref::random_values(15, 41), {3, 5});
   Tensor w = leaf(ref::random_values(5, 42), {5});
   Tensor b = leaf(ref::random_values(5, 43), {5});
-  expect_gradcheck(
-      [](const std::vector<Tensor>& in) { return F::layer_norm(in[0], in[1], in[2], 1e-5); },
-      {x, w, b});
-  expect_gradcheck(
-      [](const std::vector<Tensor>& in) { return F::layer_norm(in[0], Tensor(), Tensor(), 1e-3); },
-      {x});
+  expect_gradcheck([](const std::vector<Tensor>& in) { return F::layer_norm(in[0], in[1], in[2], 1e-5); }, {x, w, b});
+  expect_gradcheck([](const std::vector<Tensor>& in) { return F::layer_norm(in[0], Tensor(), Tensor(), 1e-3); }, {x});
   nn::LayerNorm norm(5, 1e-4);
   norm.to(kFloat64);
   {
@@ -327,12 +317,9 @@ TEST_CASE("F::layer_norm and the LayerNorm module: gradcheck in float64") {
     norm.weight.copy_(to_tensor(ref::random_values(5, 44, 2.0), {5}));
     norm.bias.copy_(to_tensor(ref::random_values(5, 45), {5}));
   }
-  check_close(
-      norm(x),
-      ref::layer_norm(ref::values(x), 5, ref::values(norm.weight), ref::values(norm.bias), 1e-4),
-      1e-10, 1e-10, "module forward");
-  expect_gradcheck([&](const std::vector<Tensor>& in) { return norm(in[0]); },
-                   {x, norm.weight, norm.bias});
+  check_close(norm(x), ref::layer_norm(ref::values(x), 5, ref::values(norm.weight), ref::values(norm.bias), 1e-4),
+              1e-10, 1e-10, "module forward");
+  expect_gradcheck([&](const std::vector<Tensor>& in) { return norm(in[0]); }, {x, norm.weight, norm.bias});
 }
 
 TEST_CASE("LayerNorm: options and misuse") {
@@ -350,11 +337,7 @@ TEST_CASE("LayerNorm: options and misuse") {
   expect_error([&] { no_affine(zeros({2, 5})); }, {"heed::LayerNorm", "[2, 5]"});
   expect_error([&] { norm(zeros({})); }, {"heed::LayerNorm"});
   expect_error([] { F::layer_norm(zeros({2, 5}), ones({4})); }, {"heed::layer_norm", "[4]"});
-  expect_error(
-      [] {
-        F::layer_norm(zeros({2, 3}), Tensor(), Tensor(), -1.0);
-      },
-      {"heed::layer_norm", "eps"});
+  expect_error([] { F::layer_norm(zeros({2, 3}), Tensor(), Tensor(), -1.0); }, {"heed::layer_norm", "eps"});
   expect_error([] { F::layer_norm(zeros({2, 3}), zeros({2, 3})); }, {"heed::layer_norm"});
   expect_error([] { F::layer_norm(zeros({2, 0})); }, {"heed::layer_norm"});
   expect_error([] { F::layer_norm(zeros({2, 3}, kInt64)); }, {"heed::layer_norm"});
@@ -504,8 +487,7 @@ TEST_CASE("FeedForward: dropout is seeded in train mode and off in eval mode") {
   ff.eval();
   CHECK_FALSE(ff.dropout->is_training());
   CHECK_FALSE(ff.fc1->is_training());
-  const Values want =
-      ref::feed_forward(ref::params_of(ff), "", ref::values(x), 4, 8, nn::Activation::ReLU);
+  const Values want = ref::feed_forward(ref::params_of(ff), "", ref::values(x), 4, 8, nn::Activation::ReLU);
   check_close(ff(x), want, 1e-5, 1e-6, "eval forward");
   CHECK(ref::max_abs_diff(a, want) > 1e-3);  // dropout did change the training output
   ff.train();
@@ -523,8 +505,7 @@ TEST_CASE("SinusoidalPositionalEncoding: table values, rows by offset, non-persi
     const Values table = ref::values(pe.table);
     for (int64_t pos = 0; pos < max_len; ++pos)
       for (int64_t i = 0; i + 1 < d_model; i += 2) {
-        const double angle =
-            static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(i) / d_model);
+        const double angle = static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(i) / d_model);
         CHECK(table[pos * d_model + i] == doctest::Approx(std::sin(angle)).epsilon(1e-6));
         CHECK(table[pos * d_model + i + 1] == doctest::Approx(std::cos(angle)).epsilon(1e-6));
       }
@@ -536,18 +517,15 @@ TEST_CASE("SinusoidalPositionalEncoding: table values, rows by offset, non-persi
     CHECK(table[1] == 1.0);
     Tensor rows = pe.forward(4, 10);
     CHECK(rows.shape() == Dims{4, d_model});
-    check_close(rows, Values(table.begin() + 10 * d_model, table.begin() + 14 * d_model), 0, 0,
-                "rows");
+    check_close(rows, Values(table.begin() + 10 * d_model, table.begin() + 14 * d_model), 0, 0, "rows");
     CHECK(pe.parameters().empty());
     CHECK(pe.state_dict().empty());
     REQUIRE(pe.named_buffers().size() == 1);
     CHECK(pe.named_buffers()[0].first == "table");
-    expect_error([&] { pe.forward(10, max_len - 5); },
-                 {"heed::SinusoidalPositionalEncoding", "max_len"});
+    expect_error([&] { pe.forward(10, max_len - 5); }, {"heed::SinusoidalPositionalEncoding", "max_len"});
     expect_error([&] { pe.forward(2, -1); }, {"heed::SinusoidalPositionalEncoding"});
   }
-  expect_error([] { nn::SinusoidalPositionalEncoding(0, 4); },
-               {"heed::SinusoidalPositionalEncoding"});
+  expect_error([] { nn::SinusoidalPositionalEncoding(0, 4); }, {"heed::SinusoidalPositionalEncoding"});
 }
 
 TEST_CASE("LearnedPositionalEmbedding: rows of its weight, gradient only to the used rows") {
@@ -564,6 +542,5 @@ TEST_CASE("LearnedPositionalEmbedding: rows of its weight, gradient only to the 
   expect_error([&] { pos.forward(4, 3); }, {"heed::LearnedPositionalEmbedding", "context"});
   expect_error([] { nn::LearnedPositionalEmbedding(4, 0); }, {"heed::LearnedPositionalEmbedding"});
   pos.to(kFloat64);
-  expect_gradcheck([&](const std::vector<Tensor>&) { return probe_sum(pos.forward(3, 1), 5); },
-                   {pos.weight});
+  expect_gradcheck([&](const std::vector<Tensor>&) { return probe_sum(pos.forward(3, 1), 5); }, {pos.weight});
 }

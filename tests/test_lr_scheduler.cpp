@@ -27,9 +27,7 @@ std::string error_message(const std::function<void()>& f) {
   }
   return "";
 }
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // nanoGPT's get_lr (linear warmup from 0), written out for the test.
 double nanogpt_lr(int64_t it, double lr, double min_lr, int64_t warmup, int64_t decay_iters) {
@@ -70,8 +68,7 @@ TEST_CASE("WarmupCosineLR follows nanoGPT's schedule") {
   CHECK(schedule.get_lr(0) == 0.0);
   CHECK(schedule.get_lr(5) == doctest::Approx(base / 2).epsilon(1e-12));
   CHECK(schedule.get_lr(warmup) == doctest::Approx(base).epsilon(1e-12));
-  CHECK(schedule.get_lr((warmup + total) / 2) ==
-        doctest::Approx((base + min_lr) / 2).epsilon(1e-12));
+  CHECK(schedule.get_lr((warmup + total) / 2) == doctest::Approx((base + min_lr) / 2).epsilon(1e-12));
   CHECK(schedule.get_lr(total) == doctest::Approx(min_lr).epsilon(1e-12));
   CHECK(schedule.get_lr(total + 1) == min_lr);
   CHECK(schedule.get_lr(10 * total) == min_lr);

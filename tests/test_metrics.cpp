@@ -44,6 +44,4 @@ TEST_CASE("BLEU clips repeated n-grams and applies the brevity penalty over the 
   CHECK(r.score == doctest::Approx(100.0 * std::exp(1.0 - 9.0 / 7.0)).epsilon(1e-12));
 }
 
-TEST_CASE("BLEU rejects mismatched corpora") {
-  CHECK_THROWS_AS(corpus_bleu({"a"}, {}), heed::Error);
-}
+TEST_CASE("BLEU rejects mismatched corpora") { CHECK_THROWS_AS(corpus_bleu({"a"}, {}), heed::Error); }

@@ -108,8 +108,9 @@ TEST_CASE("factories: negative sizes, bad ranges, ragged literals, integer grads
   EXPECT_HEED_ERROR(from_vector(std::vector<float>{1, 2, 3}, {2, 2}), "heed::from_vector", "[2, 2]");
   EXPECT_HEED_ERROR(tril(ones({3})), "heed::tril");
   EXPECT_HEED_ERROR(triu(Tensor()), "heed::triu");
-  EXPECT_HEED_ERROR(zeros({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}),
-                    "heed::shape", "at most");
+  EXPECT_HEED_ERROR(
+      zeros({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}),
+      "heed::shape", "at most");
 }
 
 TEST_CASE("devices: CUDA without a GPU and bad device strings are errors, never crashes") {
@@ -466,7 +467,8 @@ TEST_CASE("attention layers: non-divisible heads, bad scales, mismatched inputs 
                     "heed::AttentionScaling");
   EXPECT_HEED_ERROR(nn::AttentionScaling(nn::AttentionScale::Learnable, 0, 2), "heed::AttentionScaling");
   EXPECT_HEED_ERROR(nn::parse_attention_scale("sqrt_dmodel"), "heed::parse_attention_scale", "sqrt_dmodel");
-  EXPECT_HEED_ERROR(nn::ScaledDotProductAttention(4, nn::AttentionScale::SqrtDk, 1.0), "heed::ScaledDotProductAttention");
+  EXPECT_HEED_ERROR(nn::ScaledDotProductAttention(4, nn::AttentionScale::SqrtDk, 1.0),
+                    "heed::ScaledDotProductAttention");
   nn::ScaledDotProductAttention sdpa_layer(4);
   EXPECT_HEED_ERROR(sdpa_layer.forward(ones({2, 3, 5}), ones({2, 3, 5}), ones({2, 3, 5})), "heed::");
   for (nn::ProjectionLayout layout :
@@ -505,7 +507,8 @@ TEST_CASE("transformers: bad options, token ids, lengths, caches") {
   nn::TransformerDecoder decoder(layer, 1);
   EXPECT_HEED_ERROR(decoder.forward(ones({2, 3, 8}), ones({3, 4, 8})), "heed::");
   std::vector<nn::DecoderLayerCache> wrong_caches(3);
-  EXPECT_HEED_ERROR(decoder.forward(ones({2, 1, 8}), ones({2, 4, 8}), {}, {}, &wrong_caches), "heed::TransformerDecoder");
+  EXPECT_HEED_ERROR(decoder.forward(ones({2, 1, 8}), ones({2, 4, 8}), {}, {}, &wrong_caches),
+                    "heed::TransformerDecoder");
 
   nn::TransformerOptions t;
   t.src_vocab = 0;
@@ -582,8 +585,9 @@ TEST_CASE("optimizers, schedulers and clipping: bad options, parameters and stat
   EXPECT_HEED_ERROR(optim::Adam({p}, {.betas = {0.9, -0.1}}), "heed::Adam", "beta");
   EXPECT_HEED_ERROR(optim::Adam({p}, {.eps = -1e-8}), "heed::Adam", "eps");
   EXPECT_HEED_ERROR(optim::AdamW({p}, {.weight_decay = -0.1}), "heed::AdamW", "weight_decay");
-  EXPECT_HEED_ERROR(optim::AdamW({p}, {.lr = std::numeric_limits<double>::quiet_NaN()}), "heed::AdamW", "learning rate");
-    EXPECT_HEED_ERROR(optim::SGD({p * 2.0}), "heed::SGD", "leaf");
+  EXPECT_HEED_ERROR(optim::AdamW({p}, {.lr = std::numeric_limits<double>::quiet_NaN()}), "heed::AdamW",
+                    "learning rate");
+  EXPECT_HEED_ERROR(optim::SGD({p * 2.0}), "heed::SGD", "leaf");
   EXPECT_HEED_ERROR(optim::SGD({p, p}), "heed::SGD", "more than once");
   EXPECT_HEED_ERROR(optim::SGD({Tensor()}), "heed::SGD");
   EXPECT_HEED_ERROR(optim::Adam(std::vector<Tensor>{}), "heed::Adam");
@@ -664,8 +668,9 @@ TEST_CASE("io: missing, empty, truncated and malformed files") {
   }
   std::string huge_header = bytes;
   huge_header[7] = '\x7f';
-  EXPECT_HEED_ERROR(io::parse_safetensors(reinterpret_cast<const uint8_t*>(huge_header.data()), huge_header.size(), "h"),
-                    "heed::load_safetensors");
+  EXPECT_HEED_ERROR(
+      io::parse_safetensors(reinterpret_cast<const uint8_t*>(huge_header.data()), huge_header.size(), "h"),
+      "heed::load_safetensors");
   EXPECT_HEED_ERROR(io::parse_safetensors(nullptr, 0, "null"), "heed::load_safetensors", "null");
   const std::string bad_json = temp_path("bad.json");
   write_bytes(bad_json, "{\"a\": [1, 2,");
@@ -675,11 +680,12 @@ TEST_CASE("io: missing, empty, truncated and malformed files") {
   EXPECT_HEED_ERROR(io::parse_json("{\"a\": 1} trailing", "trailing"), "heed::load_json");
   EXPECT_HEED_ERROR(io::parse_json("\xff\xfe", "binary"), "heed::load_json");
   // Writing: names, duplicate keys, unwritable places.
-  EXPECT_HEED_ERROR(io::serialize_safetensors({{"a", ones({1})}, {"a", ones({1})}}), "heed::serialize_safetensors", "a");
+  EXPECT_HEED_ERROR(io::serialize_safetensors({{"a", ones({1})}, {"a", ones({1})}}), "heed::serialize_safetensors",
+                    "a");
   EXPECT_HEED_ERROR(io::serialize_safetensors({{"__metadata__", ones({1})}}), "heed::serialize_safetensors");
   EXPECT_HEED_ERROR(io::serialize_safetensors({{"u", Tensor()}}), "heed::serialize_safetensors");
-  EXPECT_HEED_ERROR(io::save_safetensors("/nonexistent_dir/x.safetensors", {{"a", ones({1})}}), "heed::",
-                    "/nonexistent_dir/x.safetensors");
+  EXPECT_HEED_ERROR(io::save_safetensors("/nonexistent_dir/x.safetensors", {{"a", ones({1})}}),
+                    "heed::", "/nonexistent_dir/x.safetensors");
   EXPECT_HEED_ERROR(io::save_json("/nonexistent_dir/x.json", nlohmann::json::object()), "heed::", "/nonexistent_dir");
   EXPECT_HEED_ERROR(io::write_file_atomic("/nonexistent_dir/y", "bytes"), "heed::write_file_atomic");
   const io::SafetensorsFile file =
@@ -745,16 +751,19 @@ TEST_CASE("checkpoints: wrong kind, wrong model, missing state, garbage") {
            {"no rng", {{"step", "1"}}},
            {"bad rng", {{"step", "1"}, {"rng", R"({"seed": -1, "offset": 0})"}}},
            {"rng not json", {{"step", "1"}, {"rng", "{{"}}},
-           {"config too deep", {{"step", "1"}, {"rng", R"({"seed": 1, "offset": 0})"}, {"config", std::string(5000, '[')}}},
+           {"config too deep",
+            {{"step", "1"}, {"rng", R"({"seed": 1, "offset": 0})"}, {"config", std::string(5000, '[')}}},
        }) {
     CAPTURE(label);
     const std::string ckpt = checkpoint_with(metadata);
     EXPECT_HEED_ERROR(io::parse_checkpoint(reinterpret_cast<const uint8_t*>(ckpt.data()), ckpt.size(), "meta.ckpt", lm),
                       "heed::load_checkpoint", "meta.ckpt");
   }
-  const std::string stray = io::serialize_safetensors({{"stray", ones({1})}}, {{"format", "heed-checkpoint-v1"}, {"step", "1"}});
-  EXPECT_HEED_ERROR(io::parse_checkpoint(reinterpret_cast<const uint8_t*>(stray.data()), stray.size(), "stray.ckpt", lm),
-                    "heed::load_checkpoint", "stray");
+  const std::string stray =
+      io::serialize_safetensors({{"stray", ones({1})}}, {{"format", "heed-checkpoint-v1"}, {"step", "1"}});
+  EXPECT_HEED_ERROR(
+      io::parse_checkpoint(reinterpret_cast<const uint8_t*>(stray.data()), stray.size(), "stray.ckpt", lm),
+      "heed::load_checkpoint", "stray");
   for (const std::string& path : {model_path, checkpoint_path, plain_path, bare_path}) std::filesystem::remove(path);
 }
 
@@ -810,15 +819,24 @@ TEST_CASE("empty tensors flow through ops, layers and backward without crashing"
   CHECK(x.grad().shape() == Dims{0, 3});
   CHECK(w.grad().shape() == Dims{2, 3});
   CHECK(values_equal_zero(w.grad()));
-  expect_error_or_shape("attention with no queries", [] {
-    return F::scaled_dot_product_attention(zeros({1, 1, 0, 4}), ones({1, 1, 3, 4}), ones({1, 1, 3, 4}));
-  }, {1, 1, 0, 4});
-  expect_error_or_shape("attention with no keys", [] {
-    return F::scaled_dot_product_attention(ones({1, 1, 2, 4}), zeros({1, 1, 0, 4}), zeros({1, 1, 0, 4}));
-  }, {1, 1, 2, 4});
-  expect_error_or_shape("composed attention with no keys", [] {
-    return F::scaled_dot_product_attention_with_weights(ones({1, 1, 2, 4}), zeros({1, 1, 0, 4}), zeros({1, 1, 0, 4}))
-        .output;
-  }, {1, 1, 2, 4});
+  expect_error_or_shape(
+      "attention with no queries",
+      [] {
+        return F::scaled_dot_product_attention(zeros({1, 1, 0, 4}), ones({1, 1, 3, 4}), ones({1, 1, 3, 4}));
+      },
+      {1, 1, 0, 4});
+  expect_error_or_shape(
+      "attention with no keys",
+      [] {
+        return F::scaled_dot_product_attention(ones({1, 1, 2, 4}), zeros({1, 1, 0, 4}), zeros({1, 1, 0, 4}));
+      },
+      {1, 1, 2, 4});
+  expect_error_or_shape("composed attention with no keys",
+                        [] {
+                          return F::scaled_dot_product_attention_with_weights(ones({1, 1, 2, 4}), zeros({1, 1, 0, 4}),
+                                                                              zeros({1, 1, 0, 4}))
+                              .output;
+                        },
+                        {1, 1, 2, 4});
   expect_error_or_shape("matmul with an empty inner dim", [] { return matmul(zeros({2, 0}), zeros({0, 3})); }, {2, 3});
 }

@@ -34,12 +34,8 @@ class Block : public nn::Module {
   Tensor add_parameter(const std::string& name, Tensor value, bool requires_grad = true) {
     return register_parameter(name, std::move(value), requires_grad);
   }
-  Tensor add_buffer(const std::string& name, Tensor value) {
-    return register_buffer(name, std::move(value));
-  }
-  void add_module(const std::string& name, std::shared_ptr<nn::Module> m) {
-    register_module(name, std::move(m));
-  }
+  Tensor add_buffer(const std::string& name, Tensor value) { return register_buffer(name, std::move(value)); }
+  void add_module(const std::string& name, std::shared_ptr<nn::Module> m) { register_module(name, std::move(m)); }
 
   Tensor scale, running, scratch, steps;
   std::shared_ptr<nn::Linear> linear;
@@ -70,10 +66,10 @@ using Names = std::vector<std::string>;
 
 TEST_CASE("Module: dotted names, recursion, parameters() and num_parameters()") {
   Net net;
-  CHECK(names(net.named_parameters()) ==
-        Names{"first.scale", "first.linear.weight", "first.linear.bias", "first.norm.weight",
-              "first.norm.bias", "blocks.0.scale", "blocks.0.linear.weight", "blocks.0.linear.bias",
-              "blocks.0.norm.weight", "blocks.0.norm.bias"});
+  CHECK(names(net.named_parameters()) == Names{"first.scale", "first.linear.weight", "first.linear.bias",
+                                               "first.norm.weight", "first.norm.bias", "blocks.0.scale",
+                                               "blocks.0.linear.weight", "blocks.0.linear.bias", "blocks.0.norm.weight",
+                                               "blocks.0.norm.bias"});
   CHECK(net.named_parameters(false).empty());
   CHECK(names(net.first->named_parameters(false)) == Names{"scale"});
   CHECK(net.parameters().size() == 10);
@@ -84,20 +80,17 @@ TEST_CASE("Module: dotted names, recursion, parameters() and num_parameters()") 
     CHECK(p.requires_grad());
     CHECK(p.is_leaf());
   }
-  CHECK(names(net.named_buffers()) == Names{"first.running", "first.scratch", "first.steps",
-                                            "blocks.0.running", "blocks.0.scratch",
-                                            "blocks.0.steps"});
+  CHECK(names(net.named_buffers()) == Names{"first.running", "first.scratch", "first.steps", "blocks.0.running",
+                                            "blocks.0.scratch", "blocks.0.steps"});
   // state_dict: parameters, then persistent buffers only.
   Names state = names(net.named_parameters());
-  for (const char* n : {"first.running", "first.steps", "blocks.0.running", "blocks.0.steps"})
-    state.push_back(n);
+  for (const char* n : {"first.running", "first.steps", "blocks.0.running", "blocks.0.steps"}) state.push_back(n);
   CHECK(names(net.state_dict()) == state);
 
   std::vector<std::string> modules;
   for (auto& [path, m] : net.named_modules()) modules.push_back(path + ":" + m->type_name());
-  CHECK(modules == Names{":Net", "first:Block", "blocks:ModuleList", "first.linear:Linear",
-                         "first.norm:LayerNorm", "blocks.0:Block", "blocks.1:Dropout",
-                         "blocks.0.linear:Linear", "blocks.0.norm:LayerNorm"});
+  CHECK(modules == Names{":Net", "first:Block", "blocks:ModuleList", "first.linear:Linear", "first.norm:LayerNorm",
+                         "blocks.0:Block", "blocks.1:Dropout", "blocks.0.linear:Linear", "blocks.0.norm:LayerNorm"});
   CHECK(net.named_children().size() == 2);
   CHECK(net.blocks->size() == 2);
   CHECK(net.blocks->at<Block>(0) != nullptr);
@@ -116,9 +109,9 @@ TEST_CASE("Module: deep dotted names of a Transformer are its checkpoint keys") 
   o.layer.d_ff = 4;
   nn::Transformer model(o);
   const Names params = names(model.named_parameters());
-  for (const char* n : {"encoder.layers.0.self_attn.q_proj.weight", "encoder.layers.1.ff.fc2.bias",
-                        "decoder.layers.0.cross_attn.v_proj.weight", "decoder.norm.weight",
-                        "src_embed.weight", "tgt_embed.weight"})
+  for (const char* n :
+       {"encoder.layers.0.self_attn.q_proj.weight", "encoder.layers.1.ff.fc2.bias",
+        "decoder.layers.0.cross_attn.v_proj.weight", "decoder.norm.weight", "src_embed.weight", "tgt_embed.weight"})
     CHECK_MESSAGE(std::find(params.begin(), params.end(), n) != params.end(), n);
   // The sinusoidal table is a non-persistent buffer: not a checkpoint key.
   CHECK(names(model.state_dict()) == params);
@@ -127,16 +120,13 @@ TEST_CASE("Module: deep dotted names of a Transformer are its checkpoint keys") 
 
 TEST_CASE("Module: registration rules") {
   Block block;
-  expect_error([&] { block.add_parameter("scale", ones({1})); },
-               {"heed::register", "'scale'", "Block"});
+  expect_error([&] { block.add_parameter("scale", ones({1})); }, {"heed::register", "'scale'", "Block"});
   expect_error([&] { block.add_parameter("running", ones({1})); }, {"heed::register", "'running'"});
   expect_error([&] { block.add_buffer("linear", ones({1})); }, {"heed::register", "'linear'"});
-  expect_error([&] { block.add_module("norm", std::make_shared<nn::ReLU>()); },
-               {"heed::register", "'norm'"});
+  expect_error([&] { block.add_module("norm", std::make_shared<nn::ReLU>()); }, {"heed::register", "'norm'"});
   expect_error([&] { block.add_parameter("a.b", ones({1})); }, {"heed::register", "dots"});
   expect_error([&] { block.add_parameter("", ones({1})); }, {"heed::register"});
-  expect_error([&] { block.add_parameter("undefined", Tensor()); },
-               {"heed::register_parameter", "undefined"});
+  expect_error([&] { block.add_parameter("undefined", Tensor()); }, {"heed::register_parameter", "undefined"});
   expect_error([&] { block.add_buffer("undefined", Tensor()); }, {"heed::register_buffer"});
   expect_error([&] { block.add_module("null", nullptr); }, {"heed::register_module", "null"});
   CHECK(block.parameters().size() == 5);  // nothing was added by the failed calls
@@ -263,8 +253,7 @@ TEST_CASE("Module: state_dict / load_state_dict round trip copies values and kee
   CHECK(ref::values(fresh.first->forward(x)) == ref::values(target.first->forward(x)));
 }
 
-TEST_CASE(
-    "Module: load_state_dict errors list missing, unexpected, mismatched and duplicate keys") {
+TEST_CASE("Module: load_state_dict errors list missing, unexpected, mismatched and duplicate keys") {
   Net net;
   const nn::NamedTensors full = net.state_dict();
   nn::NamedTensors partial;
@@ -286,12 +275,10 @@ TEST_CASE(
   wrong_shape[1].second = zeros({3, 3});
   expect_error([&] { net.load_state_dict(wrong_shape); },
                {"heed::load_state_dict", "first.linear.weight", "[3, 3]", "[2, 3]"});
-  expect_error([&] { net.load_state_dict(wrong_shape, false); },
-               {"heed::load_state_dict", "shape mismatch"});
+  expect_error([&] { net.load_state_dict(wrong_shape, false); }, {"heed::load_state_dict", "shape mismatch"});
   nn::NamedTensors duplicate = full;
   duplicate.push_back(full[0]);
-  expect_error([&] { net.load_state_dict(duplicate); },
-               {"heed::load_state_dict", "first.scale", "twice"});
+  expect_error([&] { net.load_state_dict(duplicate); }, {"heed::load_state_dict", "first.scale", "twice"});
 }
 
 TEST_CASE("Module: load_state_dict converts dtypes to the module's") {

@@ -61,15 +61,14 @@ bool same_value(double got, double want, double rtol, double atol) {
 }
 
 // Checks shape and every value; reports the first mismatch.
-void check_values(const Tensor& got, const Dims& shape, const std::vector<double>& want,
-                  double rtol = 1e-12, double atol = 1e-12) {
+void check_values(const Tensor& got, const Dims& shape, const std::vector<double>& want, double rtol = 1e-12,
+                  double atol = 1e-12) {
   REQUIRE(got.shape() == shape);
   const std::vector<double> v = got.to_vector<double>();
   REQUIRE(v.size() == want.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (!same_value(v[i], want[i], rtol, atol)) {
-      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i]
-                            << ", expected " << want[i]);
+      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i] << ", expected " << want[i]);
       return;
     }
   }
@@ -91,9 +90,7 @@ std::vector<Layout> layouts_for(const Dims& shape) {
 }
 
 const char* layout_name(Layout l) {
-  return l == Layout::Contiguous   ? "contiguous"
-         : l == Layout::Transposed ? "transposed"
-                                   : "strided";
+  return l == Layout::Contiguous ? "contiguous" : l == Layout::Transposed ? "transposed" : "strided";
 }
 
 struct BinaryCase {
@@ -107,22 +104,18 @@ std::vector<BinaryCase> binary_cases() {
   const InputSpec u = InputSpec::uniform({}, -2.0, 2.0);
   const InputSpec nonzero = InputSpec::away_from({}, {0.0}, 0.25, -2.0, 2.0);
   return {
-      {"add", [](auto& a, auto& b) { return add(a, b); }, [](double a, double b) { return a + b; },
-       u, u},
-      {"add_alpha", [](auto& a, auto& b) { return add(a, b, -1.5); },
-       [](double a, double b) { return a - 1.5 * b; }, u, u},
-      {"sub", [](auto& a, auto& b) { return a - b; }, [](double a, double b) { return a - b; }, u,
+      {"add", [](auto& a, auto& b) { return add(a, b); }, [](double a, double b) { return a + b; }, u, u},
+      {"add_alpha", [](auto& a, auto& b) { return add(a, b, -1.5); }, [](double a, double b) { return a - 1.5 * b; }, u,
        u},
-      {"mul", [](auto& a, auto& b) { return a * b; }, [](double a, double b) { return a * b; }, u,
+      {"sub", [](auto& a, auto& b) { return a - b; }, [](double a, double b) { return a - b; }, u, u},
+      {"mul", [](auto& a, auto& b) { return a * b; }, [](double a, double b) { return a * b; }, u, u},
+      {"div", [](auto& a, auto& b) { return a / b; }, [](double a, double b) { return a / b; }, u, nonzero},
+      {"pow", [](auto& a, auto& b) { return pow(a, b); }, [](double a, double b) { return std::pow(a, b); },
+       InputSpec::positive({}), u},
+      {"maximum", [](auto& a, auto& b) { return maximum(a, b); }, [](double a, double b) { return a > b ? a : b; }, u,
        u},
-      {"div", [](auto& a, auto& b) { return a / b; }, [](double a, double b) { return a / b; }, u,
-       nonzero},
-      {"pow", [](auto& a, auto& b) { return pow(a, b); },
-       [](double a, double b) { return std::pow(a, b); }, InputSpec::positive({}), u},
-      {"maximum", [](auto& a, auto& b) { return maximum(a, b); },
-       [](double a, double b) { return a > b ? a : b; }, u, u},
-      {"minimum", [](auto& a, auto& b) { return minimum(a, b); },
-       [](double a, double b) { return a < b ? a : b; }, u, u},
+      {"minimum", [](auto& a, auto& b) { return minimum(a, b); }, [](double a, double b) { return a < b ? a : b; }, u,
+       u},
   };
 }
 
@@ -130,8 +123,7 @@ const std::vector<std::pair<Dims, Dims>> kBinaryShapes = {
     {{3, 4}, {3, 4}}, {{2, 3, 4}, {3, 1}}, {{4, 1, 3}, {2, 1}}, {{5}, {2, 3, 5}},      {{}, {2, 3}},
     {{2, 3}, {}},     {{1}, {3, 1}},       {{0, 3}, {3}},       {{2, 1, 4}, {1, 3, 1}}};
 
-std::vector<double> binary_reference(const BinaryCase& c, const Tensor& a, const Tensor& b,
-                                     const Dims& out_shape) {
+std::vector<double> binary_reference(const BinaryCase& c, const Tensor& a, const Tensor& b, const Dims& out_shape) {
   const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
   std::vector<double> want(static_cast<size_t>(shape_numel(out_shape)));
   for (int64_t k = 0; k < shape_numel(out_shape); ++k) {
@@ -210,37 +202,30 @@ std::vector<UnaryCase> unary_cases() {
       {"sqrt", [](auto& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, pos},
       {"rsqrt", [](auto& x) { return rsqrt(x); }, [](double x) { return 1.0 / std::sqrt(x); }, pos},
       {"abs", [](auto& x) { return abs(x); }, [](double x) { return std::fabs(x); }, u},
-      {"sign", [](auto& x) { return sign(x); },
-       [](double x) { return x > 0   ? 1.0
-                             : x < 0 ? -1.0
-                                     : 0.0; }, u},
+      {"sign", [](auto& x) { return sign(x); }, [](double x) { return x > 0   ? 1.0
+                                                                      : x < 0 ? -1.0
+                                                                              : 0.0; }, u},
       {"relu", [](auto& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, u},
       {"gelu", [](auto& x) { return gelu(x); }, gelu_erf_ref, u},
       {"gelu_tanh", [](auto& x) { return gelu(x, GeluApproximation::Tanh); }, gelu_tanh_ref, u},
       {"tanh", [](auto& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, u},
-      {"sigmoid", [](auto& x) { return sigmoid(x); },
-       [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, InputSpec::uniform({}, -8.0, 8.0)},
+      {"sigmoid", [](auto& x) { return sigmoid(x); }, [](double x) { return 1.0 / (1.0 + std::exp(-x)); },
+       InputSpec::uniform({}, -8.0, 8.0)},
       {"square", [](auto& x) { return square(x); }, [](double x) { return x * x; }, u},
-      {"pow_2.5", [](auto& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); },
-       pos},
+      {"pow_2.5", [](auto& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, pos},
       {"pow_3", [](auto& x) { return pow(x, 3.0); }, [](double x) { return x * x * x; }, u},
-      {"pow_-1.5", [](auto& x) { return pow(x, -1.5); }, [](double x) { return std::pow(x, -1.5); },
-       pos},
+      {"pow_-1.5", [](auto& x) { return pow(x, -1.5); }, [](double x) { return std::pow(x, -1.5); }, pos},
       {"pow_0", [](auto& x) { return pow(x, 0.0); }, [](double) { return 1.0; }, u},
       {"clamp", [](auto& x) { return clamp(x, -0.3, 0.4); },
        [](double x) { return x < -0.3  ? -0.3
                              : x > 0.4 ? 0.4
                                        : x; }, u},
-      {"add_scalar", [](auto& x) { return add_scalar(x, 1.5); }, [](double x) { return x + 1.5; },
-       u},
+      {"add_scalar", [](auto& x) { return add_scalar(x, 1.5); }, [](double x) { return x + 1.5; }, u},
       {"x-s", [](auto& x) { return x - 0.25; }, [](double x) { return x - 0.25; }, u},
-      {"mul_scalar", [](auto& x) { return mul_scalar(x, -3.0); }, [](double x) { return -3.0 * x; },
-       u},
+      {"mul_scalar", [](auto& x) { return mul_scalar(x, -3.0); }, [](double x) { return -3.0 * x; }, u},
       {"s*x", [](auto& x) { return 0.5 * x; }, [](double x) { return 0.5 * x; }, u},
-      {"rsub_scalar", [](auto& x) { return rsub_scalar(x, 2.0); }, [](double x) { return 2.0 - x; },
-       u},
-      {"rdiv_scalar", [](auto& x) { return rdiv_scalar(x, 2.0); }, [](double x) { return 2.0 / x; },
-       nonzero},
+      {"rsub_scalar", [](auto& x) { return rsub_scalar(x, 2.0); }, [](double x) { return 2.0 - x; }, u},
+      {"rdiv_scalar", [](auto& x) { return rdiv_scalar(x, 2.0); }, [](double x) { return 2.0 / x; }, nonzero},
       {"x/s", [](auto& x) { return x / 4.0; }, [](double x) { return x / 4.0; }, u},
   };
 }
@@ -284,8 +269,7 @@ TEST_CASE("elementwise: float32 unary results are close to the float64 reference
 }
 
 TEST_CASE("elementwise: 16-bit floats compute in float32 and round once") {
-  const Tensor x = op_cases::make_input(
-      with_shape(InputSpec::uniform({}, -2.0, 2.0), {5, 6}, Layout::Contiguous), 7);
+  const Tensor x = op_cases::make_input(with_shape(InputSpec::uniform({}, -2.0, 2.0), {5, 6}, Layout::Contiguous), 7);
   for (DType dtype : {kFloat16, kBFloat16}) {
     const Tensor xh = x.to(dtype);
     const std::vector<double> vx = xh.to_vector<double>();
@@ -300,8 +284,7 @@ TEST_CASE("elementwise: 16-bit floats compute in float32 and round once") {
 
 TEST_CASE("elementwise: special values") {
   const Tensor x = tensor({-1000.0, -1.0, 0.0, 1.0, 1000.0, kNaN}, kFloat64);
-  check_values(sigmoid(x), {6},
-               {0.0, 1.0 / (1.0 + std::exp(1.0)), 0.5, 1.0 / (1.0 + std::exp(-1.0)), 1.0, kNaN});
+  check_values(sigmoid(x), {6}, {0.0, 1.0 / (1.0 + std::exp(1.0)), 0.5, 1.0 / (1.0 + std::exp(-1.0)), 1.0, kNaN});
   check_values(relu(x), {6}, {0.0, 0.0, 0.0, 1.0, 1000.0, kNaN});
   check_values(clamp(x, -2.0, 2.0), {6}, {-2.0, -1.0, 0.0, 1.0, 2.0, kNaN});
   check_values(exp(x), {6}, {0.0, std::exp(-1.0), 1.0, std::exp(1.0), kInf, kNaN});
@@ -330,13 +313,10 @@ TEST_CASE("elementwise: where and masked_fill broadcast and accept non-contiguou
       CAPTURE(shape_str(s[0]));
       CAPTURE(layout_name(lc));
       const Tensor cond = op_cases::make_input(with_shape(InputSpec::mask({}), s[0], lc), ++seed);
-      const Tensor a = op_cases::make_input(
-          with_shape(InputSpec::uniform({}), s[1], layouts_for(s[1]).back()), ++seed);
-      const Tensor b = op_cases::make_input(
-          with_shape(InputSpec::uniform({}), s[2], Layout::Contiguous), ++seed);
+      const Tensor a = op_cases::make_input(with_shape(InputSpec::uniform({}), s[1], layouts_for(s[1]).back()), ++seed);
+      const Tensor b = op_cases::make_input(with_shape(InputSpec::uniform({}), s[2], Layout::Contiguous), ++seed);
       const Dims out_shape = naive_broadcast(s[0], naive_broadcast(s[1], s[2]));
-      const std::vector<double> vc = cond.to_vector<double>(), va = a.to_vector<double>(),
-                                vb = b.to_vector<double>();
+      const std::vector<double> vc = cond.to_vector<double>(), va = a.to_vector<double>(), vb = b.to_vector<double>();
       std::vector<double> want(static_cast<size_t>(shape_numel(out_shape)));
       for (int64_t k = 0; k < shape_numel(out_shape); ++k) {
         const auto at = coords_of(k, out_shape);
@@ -348,8 +328,7 @@ TEST_CASE("elementwise: where and masked_fill broadcast and accept non-contiguou
     }
   }
   // where promotes a float32 and a float64 branch to float64.
-  const Tensor mixed =
-      where(tensor({1.0, 0.0}) > 0.5, tensor({1.5f, 2.5f}), tensor({-1.0, -2.0}, kFloat64));
+  const Tensor mixed = where(tensor({1.0, 0.0}) > 0.5, tensor({1.5f, 2.5f}), tensor({-1.0, -2.0}, kFloat64));
   CHECK(mixed.dtype() == kFloat64);
   check_values(mixed, {2}, {1.5, -2.0});
 
@@ -357,17 +336,14 @@ TEST_CASE("elementwise: where and masked_fill broadcast and accept non-contiguou
     for (Layout lx : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
       CAPTURE(shape_str(mask_shape));
       CAPTURE(layout_name(lx));
-      const Tensor x =
-          op_cases::make_input(with_shape(InputSpec::uniform({}), {2, 3, 4}, lx), ++seed);
-      const Tensor mask = op_cases::make_input(
-          with_shape(InputSpec::mask({}), mask_shape, Layout::Contiguous), ++seed);
+      const Tensor x = op_cases::make_input(with_shape(InputSpec::uniform({}), {2, 3, 4}, lx), ++seed);
+      const Tensor mask = op_cases::make_input(with_shape(InputSpec::mask({}), mask_shape, Layout::Contiguous), ++seed);
       const std::vector<double> vx = x.to_vector<double>(), vm = mask.to_vector<double>();
       std::vector<double> want(vx.size());
       for (int64_t k = 0; k < 24; ++k)
-        want[static_cast<size_t>(k)] =
-            vm[static_cast<size_t>(source_index(coords_of(k, {2, 3, 4}), mask_shape))] != 0.0
-                ? -kInf
-                : vx[static_cast<size_t>(k)];
+        want[static_cast<size_t>(k)] = vm[static_cast<size_t>(source_index(coords_of(k, {2, 3, 4}), mask_shape))] != 0.0
+                                           ? -kInf
+                                           : vx[static_cast<size_t>(k)];
       check_values(masked_fill(x, mask, -kInf), {2, 3, 4}, want);
       // The input is untouched.
       check_values(x, {2, 3, 4}, vx);
@@ -381,8 +357,7 @@ TEST_CASE("elementwise: where and masked_fill broadcast and accept non-contiguou
 }
 
 TEST_CASE("elementwise: comparisons and logic give bool tensors with broadcasting") {
-  const Tensor a =
-      op_cases::make_input(with_shape(InputSpec::distinct({}), {3, 4}, Layout::Transposed), 1);
+  const Tensor a = op_cases::make_input(with_shape(InputSpec::distinct({}), {3, 4}, Layout::Transposed), 1);
   // b is row 1 of a (a strided view), so row 1 compares equal and the other rows do not.
   const Tensor b = a.select(0, 1);
   const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
@@ -391,12 +366,9 @@ TEST_CASE("elementwise: comparisons and logic give bool tensors with broadcastin
     std::function<bool(double, double)> ref;
   };
   const std::vector<Cmp> cmps = {
-      {eq(a, b), [](double x, double y) { return x == y; }},
-      {ne(a, b), [](double x, double y) { return x != y; }},
-      {lt(a, b), [](double x, double y) { return x < y; }},
-      {a <= b, [](double x, double y) { return x <= y; }},
-      {gt(a, b), [](double x, double y) { return x > y; }},
-      {a >= b, [](double x, double y) { return x >= y; }},
+      {eq(a, b), [](double x, double y) { return x == y; }}, {ne(a, b), [](double x, double y) { return x != y; }},
+      {lt(a, b), [](double x, double y) { return x < y; }},  {a <= b, [](double x, double y) { return x <= y; }},
+      {gt(a, b), [](double x, double y) { return x > y; }},  {a >= b, [](double x, double y) { return x >= y; }},
   };
   bool any_equal = false;
   for (const Cmp& c : cmps) {
@@ -464,16 +436,12 @@ TEST_CASE("elementwise: misuse raises heed::Error naming the op") {
   CHECK_THROWS_WITH_AS(logical_not(a), doctest::Contains("heed::logical_not:"), Error);
   CHECK_THROWS_WITH_AS(clamp(a, 1.0, -1.0), doctest::Contains("heed::clamp: min 1"), Error);
 
-  CHECK_THROWS_WITH_AS(where(a, a, a), doctest::Contains("heed::where: condition must be bool"),
-                       Error);
+  CHECK_THROWS_WITH_AS(where(a, a, a), doctest::Contains("heed::where: condition must be bool"), Error);
   CHECK_THROWS_WITH_AS(where(zeros({3, 4}, kBool), a, b), doctest::Contains("heed::where:"), Error);
   CHECK_THROWS_WITH_AS(where(zeros({5}, kBool), a, a), doctest::Contains("heed::where:"), Error);
   CHECK_THROWS_WITH_AS(masked_fill(a, zeros({3, 4}, kInt64), 1.0),
                        doctest::Contains("heed::masked_fill: mask must be bool"), Error);
-  CHECK_THROWS_WITH_AS(masked_fill(a, zeros({2, 3, 4}, kBool), 1.0),
-                       doctest::Contains("heed::masked_fill:"), Error);
-  CHECK_THROWS_WITH_AS(masked_fill(a, zeros({3, 5}, kBool), 1.0),
-                       doctest::Contains("heed::masked_fill:"), Error);
-  CHECK_THROWS_WITH_AS(masked_fill(a, Tensor(), 1.0), doctest::Contains("heed::masked_fill:"),
-                       Error);
+  CHECK_THROWS_WITH_AS(masked_fill(a, zeros({2, 3, 4}, kBool), 1.0), doctest::Contains("heed::masked_fill:"), Error);
+  CHECK_THROWS_WITH_AS(masked_fill(a, zeros({3, 5}, kBool), 1.0), doctest::Contains("heed::masked_fill:"), Error);
+  CHECK_THROWS_WITH_AS(masked_fill(a, Tensor(), 1.0), doctest::Contains("heed::masked_fill:"), Error);
 }

@@ -55,14 +55,12 @@ std::vector<double> naive_matmul(const Tensor& a_in, const Tensor& b_in, Dims* o
   std::vector<double> out;
   for (int64_t bi = 0; bi < shape_numel(batch); ++bi) {
     const std::vector<int64_t> c = coords_of(bi, batch);
-    const int64_t base_a = batch_source(c, batch_a) * m * k,
-                  base_b = batch_source(c, batch_b) * k * n;
+    const int64_t base_a = batch_source(c, batch_a) * m * k, base_b = batch_source(c, batch_b) * k * n;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double s = 0;
         for (int64_t p = 0; p < k; ++p)
-          s += va[static_cast<size_t>(base_a + i * k + p)] *
-               vb[static_cast<size_t>(base_b + p * n + j)];
+          s += va[static_cast<size_t>(base_a + i * k + p)] * vb[static_cast<size_t>(base_b + p * n + j)];
         out.push_back(s);
       }
   }
@@ -72,15 +70,13 @@ std::vector<double> naive_matmul(const Tensor& a_in, const Tensor& b_in, Dims* o
   return out;
 }
 
-void check_close(const Tensor& got, const Dims& shape, const std::vector<double>& want, double rtol,
-                 double atol) {
+void check_close(const Tensor& got, const Dims& shape, const std::vector<double>& want, double rtol, double atol) {
   REQUIRE(got.shape() == shape);
   const std::vector<double> v = got.to_vector<double>();
   REQUIRE(v.size() == want.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (!(std::fabs(v[i] - want[i]) <= atol + rtol * std::fabs(want[i]))) {
-      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i]
-                            << ", expected " << want[i]);
+      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i] << ", expected " << want[i]);
       return;
     }
   }
@@ -139,8 +135,7 @@ TEST_CASE("matmul: matches a float64 triple loop for every operand form and layo
 
 TEST_CASE("matmul: views as operands (transpose inside, expanded and permuted batches)") {
   // q @ k^T with the transpose taken on a 4-D view, as attention does.
-  const Tensor q = input({2, 3, 5, 4}, Layout::Contiguous, 50),
-               k = input({2, 3, 6, 4}, Layout::Contiguous, 51);
+  const Tensor q = input({2, 3, 5, 4}, Layout::Contiguous, 50), k = input({2, 3, 6, 4}, Layout::Contiguous, 51);
   Dims shape;
   std::vector<double> want = naive_matmul(q, k.transpose(-1, -2).contiguous(), &shape);
   check_close(matmul(q, k.transpose(-1, -2)), shape, want, 1e-12, 1e-13);
@@ -150,8 +145,7 @@ TEST_CASE("matmul: views as operands (transpose inside, expanded and permuted ba
   const Tensor x = input({3, 2, 4}, Layout::Contiguous, 53);
   want = naive_matmul(x, w.contiguous(), &shape);
   check_close(matmul(x, w), shape, want, 1e-12, 1e-13);
-  const Tensor permuted =
-      input({3, 2, 2, 4}, Layout::Contiguous, 54).permute({1, 0, 2, 3});  // (2,3,2,4)
+  const Tensor permuted = input({3, 2, 2, 4}, Layout::Contiguous, 54).permute({1, 0, 2, 3});  // (2,3,2,4)
   const Tensor right = input({2, 3, 4, 3}, Layout::Transposed, 55);
   want = naive_matmul(permuted.contiguous(), right, &shape);
   check_close(matmul(permuted, right), shape, want, 1e-12, 1e-13);
@@ -167,8 +161,7 @@ TEST_CASE("matmul: views as operands (transpose inside, expanded and permuted ba
 }
 
 TEST_CASE("matmul: empty operands and K = 0") {
-  check_close(matmul(zeros({3, 0}, kFloat64), zeros({0, 4}, kFloat64)), {3, 4},
-              std::vector<double>(12, 0.0), 0, 0);
+  check_close(matmul(zeros({3, 0}, kFloat64), zeros({0, 4}, kFloat64)), {3, 4}, std::vector<double>(12, 0.0), 0, 0);
   CHECK(matmul(zeros({0, 4}), zeros({4, 5})).shape() == Dims{0, 5});
   CHECK(matmul(zeros({2, 0, 4}), zeros({4, 5})).shape() == Dims{2, 0, 5});
   CHECK(matmul(zeros({3, 4}), zeros({4, 0})).shape() == Dims{3, 0});
@@ -209,16 +202,13 @@ TEST_CASE("matmul: mixed dtypes promote") {
 
 TEST_CASE("matmul: misuse raises heed::Error naming the op") {
   const Tensor a = zeros({3, 4}), b = zeros({5, 6});
-  CHECK_THROWS_WITH_AS(
-      matmul(a, b),
-      doctest::Contains("heed::matmul: shapes [3, 4] and [5, 6] cannot be multiplied"), Error);
+  CHECK_THROWS_WITH_AS(matmul(a, b), doctest::Contains("heed::matmul: shapes [3, 4] and [5, 6] cannot be multiplied"),
+                       Error);
   CHECK_THROWS_WITH_AS(matmul(zeros({4}), zeros({5})), doctest::Contains("heed::matmul:"), Error);
-  CHECK_THROWS_WITH_AS(matmul(zeros({3, 4}), zeros({3})), doctest::Contains("heed::matmul:"),
-                       Error);
-  CHECK_THROWS_WITH_AS(matmul(scalar_tensor(1.0), zeros({3})), doctest::Contains("heed::matmul:"),
-                       Error);
-  CHECK_THROWS_WITH_AS(matmul(zeros({2, 3, 4}), zeros({3, 4, 5})),
-                       doctest::Contains("heed::matmul:"), Error);  // batch 2 vs 3
+  CHECK_THROWS_WITH_AS(matmul(zeros({3, 4}), zeros({3})), doctest::Contains("heed::matmul:"), Error);
+  CHECK_THROWS_WITH_AS(matmul(scalar_tensor(1.0), zeros({3})), doctest::Contains("heed::matmul:"), Error);
+  CHECK_THROWS_WITH_AS(matmul(zeros({2, 3, 4}), zeros({3, 4, 5})), doctest::Contains("heed::matmul:"),
+                       Error);  // batch 2 vs 3
   CHECK_THROWS_WITH_AS(matmul(zeros({3, 4}, kInt64), zeros({4, 2}, kInt64)),
                        doctest::Contains("heed::matmul: expects floating-point"), Error);
   CHECK_THROWS_WITH_AS(matmul(a, Tensor()), doctest::Contains("heed::matmul:"), Error);

@@ -28,15 +28,14 @@ bool same_value(double got, double want, double rtol, double atol) {
   return std::fabs(got - want) <= atol + rtol * std::fabs(want);
 }
 
-void check_values(const Tensor& got, const Dims& shape, const std::vector<double>& want,
-                  double rtol = 1e-12, double atol = 1e-13) {
+void check_values(const Tensor& got, const Dims& shape, const std::vector<double>& want, double rtol = 1e-12,
+                  double atol = 1e-13) {
   REQUIRE(got.shape() == shape);
   const std::vector<double> v = got.to_vector<double>();
   REQUIRE(v.size() == want.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (!same_value(v[i], want[i], rtol, atol)) {
-      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i]
-                            << ", expected " << want[i]);
+      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i] << ", expected " << want[i]);
       return;
     }
   }
@@ -51,8 +50,7 @@ Tensor input(InputSpec spec, const Dims& shape, Layout layout, uint64_t seed, bo
 
 // Softmax (or log-softmax) along `dim` of row-major `v`, max-subtracted, in double; a line
 // whose maximum is -inf gives zeros (log: -inf).
-std::vector<double> naive_softmax(const std::vector<double>& v, const Dims& shape, int dim,
-                                  bool log) {
+std::vector<double> naive_softmax(const std::vector<double>& v, const Dims& shape, int dim, bool log) {
   if (shape.size() == 0) return {log ? 0.0 : 1.0};
   const int64_t n = shape[dim];
   int64_t stride = 1;
@@ -78,8 +76,8 @@ std::vector<double> naive_softmax(const std::vector<double>& v, const Dims& shap
 }
 
 // Mean cross-entropy over non-ignored rows of (rows, classes) logits; 0 when all ignored.
-double naive_cross_entropy(const std::vector<double>& x, const std::vector<int64_t>& t,
-                           int64_t classes, int64_t ignore_index, double smoothing) {
+double naive_cross_entropy(const std::vector<double>& x, const std::vector<int64_t>& t, int64_t classes,
+                           int64_t ignore_index, double smoothing) {
   double total = 0;
   int64_t valid = 0;
   for (size_t r = 0; r < t.size(); ++r) {
@@ -100,9 +98,8 @@ double naive_cross_entropy(const std::vector<double>& x, const std::vector<int64
 }
 
 // d loss / d logits of the mean cross-entropy: (softmax - (1-s) onehot - s/C) / valid.
-std::vector<double> naive_cross_entropy_grad(const std::vector<double>& x,
-                                             const std::vector<int64_t>& t, int64_t classes,
-                                             int64_t ignore_index, double smoothing) {
+std::vector<double> naive_cross_entropy_grad(const std::vector<double>& x, const std::vector<int64_t>& t,
+                                             int64_t classes, int64_t ignore_index, double smoothing) {
   int64_t valid = 0;
   for (int64_t target : t) valid += target != ignore_index;
   std::vector<double> g(x.size(), 0.0);
@@ -113,8 +110,7 @@ std::vector<double> naive_cross_entropy_grad(const std::vector<double>& x,
     const std::vector<double> p = naive_softmax(row, {classes}, 0, false);
     for (int64_t c = 0; c < classes; ++c)
       g[r * static_cast<size_t>(classes) + static_cast<size_t>(c)] =
-          (p[static_cast<size_t>(c)] - (c == t[r] ? 1.0 - smoothing : 0.0) -
-           smoothing / static_cast<double>(classes)) /
+          (p[static_cast<size_t>(c)] - (c == t[r] ? 1.0 - smoothing : 0.0) - smoothing / static_cast<double>(classes)) /
           static_cast<double>(valid);
   }
   return g;
@@ -136,9 +132,8 @@ TEST_CASE("nn: softmax and log_softmax match a float64 loop along any dim and la
     Dims shape;
     int64_t dim;
   };
-  const std::vector<ShapeDim> cases = {{{3, 5}, -1},   {{4, 3}, 0},    {{2, 3, 4}, 1},
-                                       {{2, 3, 4}, 0}, {{2, 3, 4}, 2}, {{7}, 0},
-                                       {{}, 0},        {{3, 1}, 1},    {{1, 6}, 0}};
+  const std::vector<ShapeDim> cases = {{{3, 5}, -1}, {{4, 3}, 0}, {{2, 3, 4}, 1}, {{2, 3, 4}, 0}, {{2, 3, 4}, 2},
+                                       {{7}, 0},     {{}, 0},     {{3, 1}, 1},    {{1, 6}, 0}};
   uint64_t seed = 10;
   for (const ShapeDim& c : cases) {
     for (Layout layout : layouts_for(c.shape)) {
@@ -146,8 +141,7 @@ TEST_CASE("nn: softmax and log_softmax match a float64 loop along any dim and la
       CAPTURE(c.dim);
       CAPTURE(static_cast<int>(layout));
       const Tensor x = input(InputSpec::uniform({}, -4.0, 4.0), c.shape, layout, ++seed);
-      const int dim =
-          c.shape.size() == 0 ? 0 : static_cast<int>(c.dim < 0 ? c.dim + c.shape.size() : c.dim);
+      const int dim = c.shape.size() == 0 ? 0 : static_cast<int>(c.dim < 0 ? c.dim + c.shape.size() : c.dim);
       const std::vector<double> v = x.to_vector<double>();
       check_values(F::softmax(x, c.dim), c.shape, naive_softmax(v, c.shape, dim, false));
       check_values(F::log_softmax(x, c.dim), c.shape, naive_softmax(v, c.shape, dim, true));
@@ -166,10 +160,8 @@ TEST_CASE("nn: softmax is stable for large logits and float32 stays close to flo
   const Tensor x = input(InputSpec::uniform({}, -6.0, 6.0), {5, 33}, Layout::Transposed, 3);
   const std::vector<double> vf = x.to(kFloat32).to_vector<double>();
   for (int dim : {0, 1}) {
-    check_values(F::softmax(x.to(kFloat32), dim), {5, 33}, naive_softmax(vf, {5, 33}, dim, false),
-                 1e-5, 1e-7);
-    check_values(F::log_softmax(x.to(kFloat32), dim), {5, 33},
-                 naive_softmax(vf, {5, 33}, dim, true), 1e-5, 1e-5);
+    check_values(F::softmax(x.to(kFloat32), dim), {5, 33}, naive_softmax(vf, {5, 33}, dim, false), 1e-5, 1e-7);
+    check_values(F::log_softmax(x.to(kFloat32), dim), {5, 33}, naive_softmax(vf, {5, 33}, dim, true), 1e-5, 1e-5);
   }
   const std::vector<double> vh = x.to(kFloat16).to_vector<double>();
   const Tensor yh = F::softmax(x.to(kFloat16), 1);
@@ -179,13 +171,11 @@ TEST_CASE("nn: softmax is stable for large logits and float32 stays close to flo
 
 TEST_CASE("nn: -inf masks, fully masked rows give zeros and no NaN gradient") {
   // Row 0: one key kept; row 1: three kept; row 2: every key masked (a padded query).
-  const std::vector<bool> masked = {false, true,  true, true, true, false,
-                                    false, false, true, true, true, true};
+  const std::vector<bool> masked = {false, true, true, true, true, false, false, false, true, true, true, true};
   const Tensor mask = from_vector(masked, {3, 4});
   for (DType dtype : {kFloat64, kFloat32}) {
     CAPTURE(dtype_name(dtype));
-    Tensor logits =
-        input(InputSpec::uniform({}, -2.0, 2.0), {3, 4}, Layout::Contiguous, 5).to(dtype);
+    Tensor logits = input(InputSpec::uniform({}, -2.0, 2.0), {3, 4}, Layout::Contiguous, 5).to(dtype);
     logits.requires_grad_();
     const Tensor weights = input(InputSpec::uniform({}), {3, 4}, Layout::Contiguous, 6).to(dtype);
     const Tensor scores = masked_fill(logits, mask, -kInf);
@@ -205,8 +195,7 @@ TEST_CASE("nn: -inf masks, fully masked rows give zeros and no NaN gradient") {
     std::vector<double> want_grad(12, 0.0);
     for (int r = 0; r < 3; ++r) {
       double dot = 0;
-      for (int c = 0; c < 4; ++c)
-        dot += vw[static_cast<size_t>(r * 4 + c)] * want[static_cast<size_t>(r * 4 + c)];
+      for (int c = 0; c < 4; ++c) dot += vw[static_cast<size_t>(r * 4 + c)] * want[static_cast<size_t>(r * 4 + c)];
       for (int c = 0; c < 4; ++c)
         want_grad[static_cast<size_t>(r * 4 + c)] =
             want[static_cast<size_t>(r * 4 + c)] * (vw[static_cast<size_t>(r * 4 + c)] - dot);
@@ -269,33 +258,26 @@ TEST_CASE("nn: cross_entropy matches a float64 loop, with ignore_index and label
     CAPTURE(c.options.ignore_index);
     const int64_t classes = c.logits_shape.back();
     const Dims target_shape(c.logits_shape.begin(), c.logits_shape.end() - 1);
-    Tensor logits =
-        input(InputSpec::uniform({}, -3.0, 3.0), c.logits_shape, c.layout, ++seed, true);
-    const Tensor targets =
-        c.targets.empty()
-            ? op_cases::make_input(InputSpec::indices(target_shape, 0, classes), ++seed)
-            : from_vector(c.targets, target_shape);
+    Tensor logits = input(InputSpec::uniform({}, -3.0, 3.0), c.logits_shape, c.layout, ++seed, true);
+    const Tensor targets = c.targets.empty()
+                               ? op_cases::make_input(InputSpec::indices(target_shape, 0, classes), ++seed)
+                               : from_vector(c.targets, target_shape);
     const std::vector<double> vx = logits.to_vector<double>();
     const std::vector<int64_t> vt = targets.to_vector<int64_t>();
     const Tensor loss = F::cross_entropy(logits, targets, c.options);
     CHECK(loss.dtype() == kFloat64);
-    check_values(
-        loss, {},
-        {naive_cross_entropy(vx, vt, classes, c.options.ignore_index, c.options.label_smoothing)});
+    check_values(loss, {}, {naive_cross_entropy(vx, vt, classes, c.options.ignore_index, c.options.label_smoothing)});
     loss.backward();
     check_values(logits.grad().reshape({-1}), {shape_numel(c.logits_shape)},
-                 naive_cross_entropy_grad(vx, vt, classes, c.options.ignore_index,
-                                          c.options.label_smoothing));
+                 naive_cross_entropy_grad(vx, vt, classes, c.options.ignore_index, c.options.label_smoothing));
     // int32 targets give the same loss; float32 logits stay close.
-    check_values(F::cross_entropy(logits, targets.to(kInt32), c.options), {},
-                 {loss.item<double>()});
+    check_values(F::cross_entropy(logits, targets.to(kInt32), c.options), {}, {loss.item<double>()});
     const std::vector<double> vx32 = logits.to(kFloat32).to_vector<double>();
     const Tensor loss32 = F::cross_entropy(logits.detach().to(kFloat32), targets, c.options);
     CHECK(loss32.dtype() == kFloat32);
-    check_values(
-        loss32, {},
-        {naive_cross_entropy(vx32, vt, classes, c.options.ignore_index, c.options.label_smoothing)},
-        1e-5, 1e-6);
+    check_values(loss32, {},
+                 {naive_cross_entropy(vx32, vt, classes, c.options.ignore_index, c.options.label_smoothing)}, 1e-5,
+                 1e-6);
   }
 }
 
@@ -337,18 +319,15 @@ TEST_CASE("nn: linear matches x @ W^T + b written as loops") {
       CAPTURE(with_bias);
       const Tensor x = input(InputSpec::uniform({}), x_shape, Layout::Strided, ++seed);
       const Tensor w = input(InputSpec::uniform({}), {5, 4}, Layout::Transposed, ++seed);
-      const Tensor b =
-          with_bias ? input(InputSpec::uniform({}), {5}, Layout::Contiguous, ++seed) : Tensor();
+      const Tensor b = with_bias ? input(InputSpec::uniform({}), {5}, Layout::Contiguous, ++seed) : Tensor();
       const std::vector<double> vx = x.to_vector<double>(), vw = w.to_vector<double>();
-      const std::vector<double> vb =
-          with_bias ? b.to_vector<double>() : std::vector<double>(5, 0.0);
+      const std::vector<double> vb = with_bias ? b.to_vector<double>() : std::vector<double>(5, 0.0);
       const int64_t rows = x.numel() / 4;
       std::vector<double> want;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < 5; ++o) {
           double s = vb[static_cast<size_t>(o)];
-          for (int64_t i = 0; i < 4; ++i)
-            s += vx[static_cast<size_t>(r * 4 + i)] * vw[static_cast<size_t>(o * 4 + i)];
+          for (int64_t i = 0; i < 4; ++i) s += vx[static_cast<size_t>(r * 4 + i)] * vw[static_cast<size_t>(o * 4 + i)];
           want.push_back(s);
         }
       Dims out_shape = x_shape;
@@ -450,53 +429,43 @@ TEST_CASE("nn: misuse raises heed::Error naming the op") {
   const Tensor targets = zeros({4}, kInt64);
   CHECK_THROWS_WITH_AS(
       F::cross_entropy(logits, zeros({3}, kInt64)),
-      doctest::Contains(
-          "heed::cross_entropy: targets of shape [3] do not match logits of shape [4, 5]"),
-      Error);
+      doctest::Contains("heed::cross_entropy: targets of shape [3] do not match logits of shape [4, 5]"), Error);
   CHECK_THROWS_WITH_AS(F::cross_entropy(logits, from_vector<int64_t>({0, 5, 1, 1}, {4})),
                        doctest::Contains("heed::cross_entropy: target 5 at position 1"), Error);
   CHECK_THROWS_WITH_AS(F::cross_entropy(logits, from_vector<int64_t>({0, 1, -1, 1}, {4})),
                        doctest::Contains("heed::cross_entropy: target -1"), Error);
-  CHECK_THROWS_WITH_AS(F::cross_entropy(logits, zeros({4})),
-                       doctest::Contains("heed::cross_entropy:"), Error);
-  CHECK_THROWS_WITH_AS(F::cross_entropy(zeros({4, 5}, kInt64), targets),
-                       doctest::Contains("heed::cross_entropy:"), Error);
+  CHECK_THROWS_WITH_AS(F::cross_entropy(logits, zeros({4})), doctest::Contains("heed::cross_entropy:"), Error);
+  CHECK_THROWS_WITH_AS(F::cross_entropy(zeros({4, 5}, kInt64), targets), doctest::Contains("heed::cross_entropy:"),
+                       Error);
   CHECK_THROWS_WITH_AS(F::cross_entropy(logits, targets, {.label_smoothing = 1.5}),
                        doctest::Contains("heed::cross_entropy: label_smoothing"), Error);
   CHECK_THROWS_WITH_AS(F::cross_entropy(logits, targets, {.label_smoothing = -0.1}),
                        doctest::Contains("heed::cross_entropy:"), Error);
   CHECK_THROWS_WITH_AS(F::cross_entropy(scalar_tensor(1.0), zeros({}, kInt64)),
                        doctest::Contains("heed::cross_entropy:"), Error);
-  CHECK_THROWS_WITH_AS(F::cross_entropy(zeros({4, 0}), targets),
-                       doctest::Contains("heed::cross_entropy:"), Error);
-  CHECK_THROWS_WITH_AS(F::cross_entropy(Tensor(), targets),
-                       doctest::Contains("heed::cross_entropy:"), Error);
+  CHECK_THROWS_WITH_AS(F::cross_entropy(zeros({4, 0}), targets), doctest::Contains("heed::cross_entropy:"), Error);
+  CHECK_THROWS_WITH_AS(F::cross_entropy(Tensor(), targets), doctest::Contains("heed::cross_entropy:"), Error);
 
-  CHECK_THROWS_WITH_AS(F::softmax(zeros({3, 4}), 2),
-                       doctest::Contains("heed::softmax: dim 2 is out of range"), Error);
-  CHECK_THROWS_WITH_AS(F::log_softmax(zeros({3, 4}), -3), doctest::Contains("heed::log_softmax:"),
-                       Error);
+  CHECK_THROWS_WITH_AS(F::softmax(zeros({3, 4}), 2), doctest::Contains("heed::softmax: dim 2 is out of range"), Error);
+  CHECK_THROWS_WITH_AS(F::log_softmax(zeros({3, 4}), -3), doctest::Contains("heed::log_softmax:"), Error);
   CHECK_THROWS_WITH_AS(F::softmax(zeros({3}, kInt64)), doctest::Contains("heed::softmax:"), Error);
   CHECK_THROWS_WITH_AS(F::log_softmax(Tensor()), doctest::Contains("heed::log_softmax:"), Error);
 
-  CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({4})),
-                       doctest::Contains("heed::linear: weight must be 2-D"), Error);
-  CHECK_THROWS_WITH_AS(
-      F::linear(zeros({3, 4}), zeros({5, 3})),
-      doctest::Contains(
-          "heed::linear: input of shape [3, 4] does not match weight of shape [5, 3]"),
-      Error);
+  CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({4})), doctest::Contains("heed::linear: weight must be 2-D"),
+                       Error);
+  CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({5, 3})),
+                       doctest::Contains("heed::linear: input of shape [3, 4] does not match weight of shape [5, 3]"),
+                       Error);
   CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({5, 4}), zeros({4})),
                        doctest::Contains("heed::linear: bias must have shape [5]"), Error);
   CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}, kInt64), zeros({5, 4})),
                        doctest::Contains("heed::linear: expected a floating-point tensor"), Error);
-  CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({5, 4}, kInt32)),
-                       doctest::Contains("heed::linear:"), Error);
-  CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({5, 4}), zeros({1, 5})),
-                       doctest::Contains("heed::linear:"), Error);
+  CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({5, 4}, kInt32)), doctest::Contains("heed::linear:"), Error);
+  CHECK_THROWS_WITH_AS(F::linear(zeros({3, 4}), zeros({5, 4}), zeros({1, 5})), doctest::Contains("heed::linear:"),
+                       Error);
 
-  CHECK_THROWS_WITH_AS(F::dropout(logits, -0.1),
-                       doctest::Contains("heed::dropout: probability must be in [0, 1]"), Error);
+  CHECK_THROWS_WITH_AS(F::dropout(logits, -0.1), doctest::Contains("heed::dropout: probability must be in [0, 1]"),
+                       Error);
   CHECK_THROWS_WITH_AS(F::dropout(logits, 1.5), doctest::Contains("heed::dropout:"), Error);
   CHECK_THROWS_WITH_AS(F::dropout(targets, 0.5, true), doctest::Contains("heed::dropout:"), Error);
   CHECK_THROWS_WITH_AS(F::dropout(Tensor(), 0.5), doctest::Contains("heed::dropout:"), Error);

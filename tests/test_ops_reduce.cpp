@@ -35,15 +35,14 @@ bool same_value(double got, double want, double rtol, double atol) {
   return std::fabs(got - want) <= atol + rtol * std::fabs(want);
 }
 
-void check_values(const Tensor& got, const Dims& shape, const std::vector<double>& want,
-                  double rtol = 1e-12, double atol = 1e-12) {
+void check_values(const Tensor& got, const Dims& shape, const std::vector<double>& want, double rtol = 1e-12,
+                  double atol = 1e-12) {
   REQUIRE(got.shape() == shape);
   const std::vector<double> v = got.to_vector<double>();
   REQUIRE(v.size() == want.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (!same_value(v[i], want[i], rtol, atol)) {
-      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i]
-                            << ", expected " << want[i]);
+      FAIL_CHECK("element " << i << " of shape " << shape_str(shape) << ": got " << v[i] << ", expected " << want[i]);
       return;
     }
   }
@@ -142,8 +141,7 @@ TEST_CASE("reduce: sum, mean and var match float64 loops over every dim subset a
         CAPTURE(shape_str(r.dims));
         CAPTURE(keepdim);
         CAPTURE(static_cast<int>(layout));
-        const Tensor x =
-            op_cases::make_input(spec_of(InputSpec::uniform({}), r.shape, layout), ++seed);
+        const Tensor x = op_cases::make_input(spec_of(InputSpec::uniform({}), r.shape, layout), ++seed);
         const Grouped g = group_by_output(x.to_vector<double>(), r.shape, r.dims);
         const Dims& shape = keepdim ? g.keep_shape : g.out_shape;
         std::vector<double> want_sum, want_mean, want_var1, want_var0;
@@ -167,8 +165,7 @@ TEST_CASE("reduce: sum, mean and var match float64 loops over every dim subset a
 }
 
 TEST_CASE("reduce: float32 sum/mean/var are close to the float64 reference") {
-  const Tensor x = op_cases::make_input(
-      spec_of(InputSpec::uniform({}, -3.0, 3.0), {6, 50, 7}, Layout::Transposed), 3);
+  const Tensor x = op_cases::make_input(spec_of(InputSpec::uniform({}, -3.0, 3.0), {6, 50, 7}, Layout::Transposed), 3);
   const std::vector<double> v = x.to(kFloat32).to_vector<double>();
   for (const Dims& dims : {Dims{}, Dims{1}, Dims{0, 2}, Dims{2}}) {
     CAPTURE(shape_str(dims));
@@ -223,8 +220,7 @@ TEST_CASE("reduce: max/min/argmax/argmin over a dim give the first extremum") {
 }
 
 TEST_CASE("reduce: full max/min/argmax, ties and NaN") {
-  const Tensor x =
-      op_cases::make_input(spec_of(InputSpec::uniform({}), {4, 5}, Layout::Transposed), 1);
+  const Tensor x = op_cases::make_input(spec_of(InputSpec::uniform({}), {4, 5}, Layout::Transposed), 1);
   const std::vector<double> v = x.to_vector<double>();
   const int64_t imax = naive_arg_extremum(v, true), imin = naive_arg_extremum(v, false);
   check_values(max(x), {}, {v[static_cast<size_t>(imax)]});
@@ -275,8 +271,7 @@ TEST_CASE("reduce: sum_to reduces a broadcast shape back") {
   const Dims big{2, 3, 4};
   const Tensor x = op_cases::make_input(spec_of(InputSpec::uniform({}), big, Layout::Strided), 4);
   const std::vector<double> v = x.to_vector<double>();
-  for (const Dims& target :
-       {Dims{3, 1}, Dims{1, 4}, Dims{4}, Dims{}, Dims{2, 1, 1}, Dims{2, 3, 4}}) {
+  for (const Dims& target : {Dims{3, 1}, Dims{1, 4}, Dims{4}, Dims{}, Dims{2, 1, 1}, Dims{2, 3, 4}}) {
     CAPTURE(shape_str(target));
     std::vector<double> want(static_cast<size_t>(shape_numel(target)), 0.0);
     const int shift = big.size() - target.size();
@@ -328,8 +323,7 @@ TEST_CASE("reduce: misuse raises heed::Error naming the op") {
   CHECK_THROWS_WITH_AS(argmax(x, 3), doctest::Contains("heed::argmax:"), Error);
   CHECK_THROWS_WITH_AS(argmin(x, 7), doctest::Contains("heed::argmin:"), Error);
   const Tensor empty = zeros({2, 0}, kFloat64);
-  CHECK_THROWS_WITH_AS(max(empty), doctest::Contains("heed::max: cannot take the max of an empty"),
-                       Error);
+  CHECK_THROWS_WITH_AS(max(empty), doctest::Contains("heed::max: cannot take the max of an empty"), Error);
   CHECK_THROWS_WITH_AS(min(empty), doctest::Contains("heed::min:"), Error);
   CHECK_THROWS_WITH_AS(max(empty, 1), doctest::Contains("heed::max:"), Error);
   CHECK_THROWS_WITH_AS(argmax(empty), doctest::Contains("heed::argmax:"), Error);

@@ -23,8 +23,8 @@ struct Reference {
   int64_t step = 0;
 };
 
-void reference_sgd(Reference& r, const std::vector<double>& g, double lr, double momentum,
-                   double dampening, double weight_decay, bool nesterov) {
+void reference_sgd(Reference& r, const std::vector<double>& g, double lr, double momentum, double dampening,
+                   double weight_decay, bool nesterov) {
   std::vector<double> d(g);
   for (size_t i = 0; i < d.size(); ++i)
     if (weight_decay != 0.0) d[i] += weight_decay * r.p[i];
@@ -33,8 +33,7 @@ void reference_sgd(Reference& r, const std::vector<double>& g, double lr, double
       r.buf = d;
       r.has_buf = true;
     } else {
-      for (size_t i = 0; i < d.size(); ++i)
-        r.buf[i] = momentum * r.buf[i] + (1.0 - dampening) * d[i];
+      for (size_t i = 0; i < d.size(); ++i) r.buf[i] = momentum * r.buf[i] + (1.0 - dampening) * d[i];
     }
     for (size_t i = 0; i < d.size(); ++i) d[i] = nesterov ? d[i] + momentum * r.buf[i] : r.buf[i];
   }
@@ -42,8 +41,8 @@ void reference_sgd(Reference& r, const std::vector<double>& g, double lr, double
   ++r.step;
 }
 
-void reference_adam(Reference& r, const std::vector<double>& g, double lr, double beta1,
-                    double beta2, double eps, double weight_decay, bool amsgrad, bool decoupled) {
+void reference_adam(Reference& r, const std::vector<double>& g, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, bool amsgrad, bool decoupled) {
   const size_t n = g.size();
   if (r.m.empty()) r.m = r.v = r.vmax = std::vector<double>(n, 0.0);
   ++r.step;
@@ -90,8 +89,7 @@ void give_grad(const Tensor& p, const std::vector<double>& g) {
 }
 
 // |a - b| <= atol + rtol * |b| elementwise.
-void check_close(const std::vector<double>& actual, const std::vector<double>& expected,
-                 double rtol, double atol) {
+void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol, double atol) {
   REQUIRE(actual.size() == expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
     INFO("element " << i << ": " << actual[i] << " vs " << expected[i]);
@@ -107,15 +105,13 @@ std::string error_message(const std::function<void()>& f) {
   }
   return "";
 }
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Runs `steps` updates of an optimizer over two parameters (shapes {3,4} and {5}) against a
 // reference update applied to Reference copies.
 template <typename MakeOptimizer, typename ReferenceStep>
-void run_against_reference(DType dtype, int steps, MakeOptimizer make, ReferenceStep reference_step,
-                           double rtol, double atol) {
+void run_against_reference(DType dtype, int steps, MakeOptimizer make, ReferenceStep reference_step, double rtol,
+                           double atol) {
   std::mt19937_64 rng(42);
   const std::vector<Dims> shapes = {{3, 4}, {5}};
   std::vector<Tensor> params;
@@ -173,8 +169,7 @@ TEST_CASE("SGD matches the PyTorch update rule") {
       {"plain", {.lr = 0.1}},
       {"weight decay", {.lr = 0.05, .weight_decay = 0.01}},
       {"momentum", {.lr = 0.05, .momentum = 0.9}},
-      {"momentum + dampening + decay",
-       {.lr = 0.05, .momentum = 0.8, .dampening = 0.3, .weight_decay = 0.02}},
+      {"momentum + dampening + decay", {.lr = 0.05, .momentum = 0.8, .dampening = 0.3, .weight_decay = 0.02}},
       {"nesterov", {.lr = 0.02, .momentum = 0.9, .weight_decay = 0.1, .nesterov = true}},
   };
   for (const Case& c : cases) {
@@ -221,23 +216,17 @@ TEST_CASE("Adam and AdamW match the PyTorch update rules") {
       INFO(c.name << " " << dtype_name(dtype));
       const AdamOptions o = c.options;
       auto reference = [&](Reference& r, const std::vector<double>& g) {
-        reference_adam(r, g, o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay, o.amsgrad,
-                       c.decoupled);
+        reference_adam(r, g, o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay, o.amsgrad, c.decoupled);
       };
       const double rtol = dtype == kFloat64 ? 1e-12 : 2e-5, atol = dtype == kFloat64 ? 1e-14 : 1e-6;
       if (c.decoupled) {
-        const AdamWOptions w{.lr = o.lr,
-                             .betas = o.betas,
-                             .eps = o.eps,
-                             .weight_decay = o.weight_decay,
-                             .amsgrad = o.amsgrad};
+        const AdamWOptions w{
+            .lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay, .amsgrad = o.amsgrad};
         run_against_reference(
-            dtype, 6, [&](const std::vector<Tensor>& params) { return AdamW(params, w); },
-            reference, rtol, atol);
+            dtype, 6, [&](const std::vector<Tensor>& params) { return AdamW(params, w); }, reference, rtol, atol);
       } else {
         run_against_reference(
-            dtype, 6, [&](const std::vector<Tensor>& params) { return Adam(params, o); }, reference,
-            rtol, atol);
+            dtype, 6, [&](const std::vector<Tensor>& params) { return Adam(params, o); }, reference, rtol, atol);
       }
     }
   }
@@ -250,9 +239,8 @@ TEST_CASE("Adam's first step moves each weight by about lr against the gradient'
   const std::vector<double> g = {3.0, -0.25, 1e-3, -40.0};
   give_grad(p, g);
   adam.step();
-  const std::vector<double> expected = {
-      0.5 - 0.01 * 3.0 / (3.0 + 1e-8), -1.0 + 0.01 * 0.25 / (0.25 + 1e-8),
-      2.0 - 0.01 * 1e-3 / (1e-3 + 1e-8), 0.0 + 0.01 * 40.0 / (40.0 + 1e-8)};
+  const std::vector<double> expected = {0.5 - 0.01 * 3.0 / (3.0 + 1e-8), -1.0 + 0.01 * 0.25 / (0.25 + 1e-8),
+                                        2.0 - 0.01 * 1e-3 / (1e-3 + 1e-8), 0.0 + 0.01 * 40.0 / (40.0 + 1e-8)};
   check_close(p.to_vector<double>(), expected, 1e-12, 1e-15);
   CHECK(adam.name() == std::string("Adam"));
   CHECK(AdamW({make_param({1.0}, {1})}).name() == std::string("AdamW"));
@@ -288,8 +276,7 @@ TEST_CASE("param groups use their own lr and weight decay") {
   decay_ref.p = random_values(6, rng);
   bias_ref.p = random_values(3, rng);
   Tensor weight = make_param(decay_ref.p, {2, 3}), bias = make_param(bias_ref.p, {3});
-  std::vector<ParamGroup> groups = {{.params = {weight}},
-                                    {.params = {bias}, .lr = 0.05, .weight_decay = 0.0}};
+  std::vector<ParamGroup> groups = {{.params = {weight}}, {.params = {bias}, .lr = 0.05, .weight_decay = 0.0}};
   AdamW opt(groups, {.lr = 0.01, .weight_decay = 0.1});
   REQUIRE(opt.param_groups().size() == 2);
   CHECK(opt.param_groups()[0].lr == 0.01);
@@ -384,12 +371,9 @@ TEST_CASE("state_dict round trip (memory and safetensors + JSON files) continues
   for (int kind = 0; kind < 3; ++kind) {
     INFO("optimizer kind " << kind);
     auto make = [&](const std::vector<ParamGroup>& groups) -> std::unique_ptr<Optimizer> {
-      if (kind == 0)
-        return std::make_unique<SGD>(groups,
-                                     SGDOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
+      if (kind == 0) return std::make_unique<SGD>(groups, SGDOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
       if (kind == 1)
-        return std::make_unique<Adam>(
-            groups, AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
+        return std::make_unique<Adam>(groups, AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
       return std::make_unique<AdamW>(groups, AdamWOptions{.lr = 0.01, .betas = {0.8, 0.9}});
     };
     const std::vector<double> w0 = random_values(6, rng), b0 = random_values(2, rng);
@@ -425,8 +409,7 @@ TEST_CASE("state_dict round trip (memory and safetensors + JSON files) continues
       if (which == 0) {
         other->load_state_dict(saved);
       } else {
-        other->load_state_dict(
-            {io::load_safetensors(tensors_path).tensors, io::load_json(scalars_path)});
+        other->load_state_dict({io::load_safetensors(tensors_path).tensors, io::load_json(scalars_path)});
       }
       CHECK(other->param_groups()[0].lr == a->param_groups()[0].lr);
       CHECK(other->param_groups()[1].lr == 0.02);
@@ -552,8 +535,7 @@ TEST_CASE("optimizer options and parameters are validated") {
   check([&] { SGD({p}, {.momentum = -0.5}); }, "SGD", "momentum");
   check([&] { SGD({p}, {.weight_decay = -1.0}); }, "SGD", "weight_decay");
   check([&] { SGD({p}, {.nesterov = true}); }, "SGD", "nesterov");
-  check([&] { SGD({p}, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}); }, "SGD",
-        "nesterov");
+  check([&] { SGD({p}, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}); }, "SGD", "nesterov");
   check([&] { Adam({p}, {.lr = -1.0}); }, "Adam", "learning rate");
   check([&] { Adam({p}, {.lr = std::nan("")}); }, "Adam", "learning rate");
   check([&] { Adam({p}, {.betas = {1.0, 0.999}}); }, "Adam", "beta1");
@@ -563,11 +545,7 @@ TEST_CASE("optimizer options and parameters are validated") {
   check([&] { AdamW(std::vector<ParamGroup>{{.params = {p}, .lr = -2.0}}); }, "AdamW", "group 0");
   check([&] { Adam(std::vector<Tensor>{}); }, "Adam", "empty parameter list");
   check([&] { Adam({p, p}); }, "Adam", "appears more than once");
-  check(
-      [&] {
-        Adam(std::vector<ParamGroup>{{.params = {p}}, {.params = {p}}});
-      },
-      "Adam", "appears more than once");
+  check([&] { Adam(std::vector<ParamGroup>{{.params = {p}}, {.params = {p}}}); }, "Adam", "appears more than once");
   check([&] { Adam({p * 2.0}); }, "Adam", "not a leaf");
   check([&] { Adam({arange(3.0)}); }, "Adam", "floating-point");
   check([&] { Adam({Tensor()}); }, "Adam", "undefined");

@@ -17,13 +17,12 @@ TEST_CASE("float formats: fixed, integer-valued, scientific") {
   CHECK(tensor({1, 2, 3}).str() == "tensor([1., 2., 3.])");
   CHECK(tensor({-1, -2}).str() == "tensor([-1., -2.])");
   CHECK(tensor({0, 10}).str() == "tensor([ 0., 10.])");
-  CHECK(tensor({0.1, 10, 100}).str() ==
-        "tensor([  0.1000,  10.0000, 100.0000])");                         // max/min = 1000
-  CHECK(tensor({0.1, 1000}).str() == "tensor([1.0000e-01, 1.0000e+03])");  // max/min > 1000
+  CHECK(tensor({0.1, 10, 100}).str() == "tensor([  0.1000,  10.0000, 100.0000])");  // max/min = 1000
+  CHECK(tensor({0.1, 1000}).str() == "tensor([1.0000e-01, 1.0000e+03])");           // max/min > 1000
   CHECK(tensor({1e-5, 1}).str() == "tensor([1.0000e-05, 1.0000e+00])");
   CHECK(tensor({0.00005, 0.00007}).str() == "tensor([5.0000e-05, 7.0000e-05])");  // min < 1e-4
-  CHECK(tensor({1e9, 1}).str() == "tensor([1.0000e+09, 1.0000e+00])");   // integers, max > 1e8
-  CHECK(tensor({1, 2000}).str() == "tensor([1.0000e+00, 2.0000e+03])");  // integers, ratio > 1000
+  CHECK(tensor({1e9, 1}).str() == "tensor([1.0000e+09, 1.0000e+00])");            // integers, max > 1e8
+  CHECK(tensor({1, 2000}).str() == "tensor([1.0000e+00, 2.0000e+03])");           // integers, ratio > 1000
   CHECK(zeros({3}).str() == "tensor([0., 0., 0.])");
   CHECK(tensor({0.5, 0}).str() == "tensor([0.5000, 0.0000])");
 }
@@ -38,13 +37,11 @@ TEST_CASE("scalars, integers, bools and dtype suffixes") {
   CHECK((tensor({1, 0}) > 0.5).str() == "tensor([ true, false])");
   CHECK(tensor({1, 2}, kF64).str() == "tensor([1., 2.], dtype=float64)");
   CHECK(tensor({0.1, 1.5}, kFloat16).str() == "tensor([0.1000, 1.5000], dtype=float16)");
-  CHECK(tensor({0.1, 1.5}, kBFloat16).str() ==
-        "tensor([0.1001, 1.5000], dtype=bfloat16)");  // 0.10009765625
+  CHECK(tensor({0.1, 1.5}, kBFloat16).str() == "tensor([0.1001, 1.5000], dtype=bfloat16)");  // 0.10009765625
 }
 
 TEST_CASE("2-D and 3-D layout, non-contiguous views") {
-  CHECK(tensor({{1, 2}, {3, 4}}, kF64).str() ==
-        "tensor([[1., 2.],\n        [3., 4.]], dtype=float64)");
+  CHECK(tensor({{1, 2}, {3, 4}}, kF64).str() == "tensor([[1., 2.],\n        [3., 4.]], dtype=float64)");
   CHECK(tensor({{1, 2}, {3, 4}}).t().str() == "tensor([[1., 3.],\n        [2., 4.]])");
   CHECK(arange(8).reshape({2, 2, 2}).str() ==
         "tensor([[[0, 1],\n"
@@ -52,13 +49,11 @@ TEST_CASE("2-D and 3-D layout, non-contiguous views") {
         "\n"
         "        [[4, 5],\n"
         "         [6, 7]]])");
-  CHECK(tensor({{1.5, -20}, {3, 4}}).str() ==
-        "tensor([[  1.5000, -20.0000],\n        [  3.0000,   4.0000]])");
+  CHECK(tensor({{1.5, -20}, {3, 4}}).str() == "tensor([[  1.5000, -20.0000],\n        [  3.0000,   4.0000]])");
 }
 
 TEST_CASE("nan and inf") {
-  const double nan = std::numeric_limits<double>::quiet_NaN(),
-               inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   CHECK(tensor({nan, inf, -inf, 1.5}).str() == "tensor([   nan,    inf,   -inf, 1.5000])");
   CHECK(tensor({nan, 1}).str() == "tensor([nan, 1.])");
   CHECK(tensor({nan, nan}).str() == "tensor([nan, nan])");
@@ -115,8 +110,7 @@ TEST_CASE("autograd suffixes") {
   // A non-contiguous tensor that requires grad prints without being recorded.
   Tensor m = tensor({{1, 2}, {3, 4}}, TensorOptions(kF32).requires_grad(true)).t();
   const std::shared_ptr<Node> before = m.grad_fn();
-  CHECK(m.str() == std::string("tensor([[1., 3.],\n        [2., 4.]], grad_fn=<") +
-                       m.grad_fn()->name() + ">)");
+  CHECK(m.str() == std::string("tensor([[1., 3.],\n        [2., 4.]], grad_fn=<") + m.grad_fn()->name() + ">)");
   CHECK(m.grad_fn() == before);
 }
 

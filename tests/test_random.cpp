@@ -65,8 +65,7 @@ class ThreadCount {
 bool bit_equal(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(),
-                     static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
+  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
 }
 
 struct Moments {
@@ -87,13 +86,10 @@ Moments moments(const std::vector<double>& v) {
 
 TEST_CASE("the reference Philox reproduces the Random123 known answers") {
   // kat_vectors of Random123 1.14 (philox4x32 with 10 rounds).
-  CHECK(reference_philox({0, 0, 0, 0}, {0, 0}) ==
-        Words4{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
-  CHECK(reference_philox({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
-                         {0xffffffffu, 0xffffffffu}) ==
+  CHECK(reference_philox({0, 0, 0, 0}, {0, 0}) == Words4{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+  CHECK(reference_philox({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}) ==
         Words4{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
-  CHECK(reference_philox({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
-                         {0xa4093822u, 0x299f31d0u}) ==
+  CHECK(reference_philox({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}) ==
         Words4{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
 }
 
@@ -109,9 +105,8 @@ TEST_CASE("philox4x32_10 matches the known answer and the reference") {
   for (uint64_t c : counters) {
     for (uint64_t k : keys) {
       const Philox4 got = philox4x32_10(c, k);
-      const Words4 want =
-          reference_philox({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, 0},
-                           {static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32)});
+      const Words4 want = reference_philox({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, 0},
+                                           {static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32)});
       CHECK(Words4{got.v[0], got.v[1], got.v[2], got.v[3]} == want);
     }
   }
@@ -121,16 +116,14 @@ TEST_CASE("philox_uniform and philox_normal are functions of (seed, index)") {
   for (uint64_t i : {0ull, 1ull, 2ull, 3ull, 77ull, 123456789ull}) {
     // Uniforms: lane i % 4 of block i / 4.
     const uint64_t block = i >> 2;
-    const Words4 w = reference_philox(
-        {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0}, {5, 0});
+    const Words4 w = reference_philox({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0}, {5, 0});
     const float u = philox_uniform(5, i);
     CHECK(u == static_cast<float>(w[i & 3] >> 8) / 16777216.0f);  // 24 random bits in [0, 1)
     CHECK(u >= 0.0f);
     CHECK(u < 1.0f);
     // Normals: Box-Muller on lanes 0, 1 of block i / 2; cosine for even i, sine for odd i.
     const uint64_t pair = i >> 1;
-    const Words4 p = reference_philox(
-        {static_cast<uint32_t>(pair), static_cast<uint32_t>(pair >> 32), 0, 0}, {5, 0});
+    const Words4 p = reference_philox({static_cast<uint32_t>(pair), static_cast<uint32_t>(pair >> 32), 0, 0}, {5, 0});
     const double u1 = (static_cast<double>(p[0] >> 8) + 1.0) / 16777216.0,
                  u2 = static_cast<double>(p[1] >> 8) / 16777216.0;
     const double radius = std::sqrt(-2.0 * std::log(u1)), angle = 2.0 * std::numbers::pi * u2;
@@ -243,15 +236,14 @@ TEST_CASE("randn: mean, variance and the one-sigma mass") {
   CHECK(std::fabs(m.variance - 1.0) < 6.0 * std::sqrt(2.0) / sn);
   // P(|z| < 1) = erf(1/sqrt 2) = 0.682689; binomial standard error sqrt(p(1-p)/n).
   const double p = std::erf(1.0 / std::sqrt(2.0));
-  const double inside = static_cast<double>(std::count_if(
-                            v.begin(), v.end(), [](double x) { return std::fabs(x) < 1.0; })) /
-                        static_cast<double>(n);
+  const double inside =
+      static_cast<double>(std::count_if(v.begin(), v.end(), [](double x) { return std::fabs(x) < 1.0; })) /
+      static_cast<double>(n);
   CHECK(std::fabs(inside - p) < 6.0 * std::sqrt(p * (1 - p) / static_cast<double>(n)));
   // Tails: P(z > 3) = 0.0013499; the count is binomial too.
   const double p3 = 0.5 * std::erfc(3.0 / std::sqrt(2.0));
   const double above3 =
-      static_cast<double>(std::count_if(v.begin(), v.end(), [](double x) { return x > 3.0; })) /
-      static_cast<double>(n);
+      static_cast<double>(std::count_if(v.begin(), v.end(), [](double x) { return x > 3.0; })) / static_cast<double>(n);
   CHECK(std::fabs(above3 - p3) < 6.0 * std::sqrt(p3 * (1 - p3) / static_cast<double>(n)));
   CHECK(std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }));
 
@@ -263,8 +255,7 @@ TEST_CASE("randn: mean, variance and the one-sigma mass") {
   for (size_t i = 0; i < f32.size(); ++i) CHECK(f64[i] == static_cast<double>(f32[i]));
   manual_seed(5);
   const std::vector<float> f16 = randn({1000}, kFloat16).to_vector<float>();
-  for (size_t i = 0; i < f32.size(); ++i)
-    CHECK(f16[i] == half_bits_to_float(float_to_half_bits(f32[i])));
+  for (size_t i = 0; i < f32.size(); ++i) CHECK(f16[i] == half_bits_to_float(float_to_half_bits(f32[i])));
 }
 
 TEST_CASE("rand and uniform: range, mean and variance") {
@@ -335,8 +326,7 @@ TEST_CASE("randint: range, uniform buckets and errors") {
       ++counts[static_cast<size_t>(x + 4)];
     }
     // Each bucket is binomial(n, 1/10): standard error sqrt(n * 0.1 * 0.9).
-    for (int64_t c : counts)
-      CHECK(std::fabs(static_cast<double>(c) - 0.1 * n) < 6.0 * std::sqrt(n * 0.09));
+    for (int64_t c : counts) CHECK(std::fabs(static_cast<double>(c) - 0.1 * n) < 6.0 * std::sqrt(n * 0.09));
   }
   // A range of one value, and a large range.
   CHECK(randint(7, 8, {5}).to_vector<int64_t>() == std::vector<int64_t>(5, 7));
@@ -375,8 +365,7 @@ TEST_CASE("dropout: keep rate, scaling, eval mode and the mask in backward") {
   Tensor out = F::dropout(w, 0.4);
   (void)randn({777});
   out.backward(ones_like(out));
-  const std::vector<double> ov = out.to_vector<double>(), wv = w.to_vector<double>(),
-                            gv = w.grad().to_vector<double>();
+  const std::vector<double> ov = out.to_vector<double>(), wv = w.to_vector<double>(), gv = w.grad().to_vector<double>();
   for (size_t i = 0; i < ov.size(); ++i) {
     const double scale = ov[i] == 0.0 ? 0.0 : 1.0 / 0.6;
     REQUIRE(ov[i] == doctest::Approx(wv[i] * scale));

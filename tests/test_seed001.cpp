@@ -62,11 +62,11 @@ TEST_CASE("seed 001 worked example: attention of 3 tokens with d_k = 2") {
     CAPTURE(dtype_name(dtype));
     const double tol = dtype == kFloat64 ? 1e-12 : 1e-5;
     Tensor x = to_tensor(kX, dtype);
-    Tensor Q = matmul(x, to_tensor(kWq, dtype));                         // (L,d_k)
-    Tensor K = matmul(x, to_tensor(kWk, dtype));                         // (L,d_k)
-    Tensor V = matmul(x, to_tensor(kWv, dtype));                         // (L,d_k)
-    Tensor A = F::softmax(matmul(Q, K.t()) / std::sqrt(2.0), -1);        // (L,L)
-    Tensor out = matmul(A, V);                                           // (L,d_k)
+    Tensor Q = matmul(x, to_tensor(kWq, dtype));                   // (L,d_k)
+    Tensor K = matmul(x, to_tensor(kWk, dtype));                   // (L,d_k)
+    Tensor V = matmul(x, to_tensor(kWv, dtype));                   // (L,d_k)
+    Tensor A = F::softmax(matmul(Q, K.t()) / std::sqrt(2.0), -1);  // (L,L)
+    Tensor out = matmul(A, V);                                     // (L,d_k)
     check_close(Q, q, tol);
     check_close(K, k, tol);
     check_close(V, v, tol);

@@ -108,8 +108,7 @@ TEST_CASE("item, at and to_vector") {
   Tensor x = from_vector(values, {2, 3});
   CHECK(x.dtype() == kFloat64);
   for (int64_t i = 0; i < 2; ++i)
-    for (int64_t j = 0; j < 3; ++j)
-      CHECK(x.at<double>({i, j}) == values[static_cast<size_t>(i * 3 + j)]);
+    for (int64_t j = 0; j < 3; ++j) CHECK(x.at<double>({i, j}) == values[static_cast<size_t>(i * 3 + j)]);
   CHECK(x.at<double>({-1, -1}) == 8.25);
   CHECK(x.at<double>({-2, 0}) == 0.5);
   CHECK(x.at<float>({1, 2}) == 8.25f);
@@ -138,15 +137,12 @@ TEST_CASE("item, at and to_vector") {
 }
 
 TEST_CASE("element access converts NaN, Inf and out-of-range values without UB") {
-  const float nan = std::numeric_limits<float>::quiet_NaN(),
-              inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   Tensor x = from_vector(std::vector<float>{nan, inf, -inf, 3e9f, -3e9f, 1e20f, -2.9f}, {7});
   const std::vector<int32_t> as_i32 = x.to_vector<int32_t>();
-  CHECK(as_i32 ==
-        std::vector<int32_t>{0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, INT32_MAX, -2});
+  CHECK(as_i32 == std::vector<int32_t>{0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, INT32_MAX, -2});
   const std::vector<int64_t> as_i64 = x.to_vector<int64_t>();
-  CHECK(as_i64 ==
-        std::vector<int64_t>{0, INT64_MAX, INT64_MIN, 3000000000LL, -3000000000LL, INT64_MAX, -2});
+  CHECK(as_i64 == std::vector<int64_t>{0, INT64_MAX, INT64_MIN, 3000000000LL, -3000000000LL, INT64_MAX, -2});
   CHECK(x.select(0, 0).item<int64_t>() == 0);
   CHECK(x.to_vector<bool>() == std::vector<bool>{true, true, true, true, true, true, true});
   CHECK(std::isnan(x.select(0, 0).item<double>()));
@@ -203,8 +199,7 @@ TEST_CASE("tensor literals and from_vector") {
 TEST_CASE("zeros, ones, full, empty and the _like forms in every dtype") {
   for (DType dt : kAllDTypes) {
     CAPTURE(dtype_name(dt));
-    Tensor z = zeros({2, 3}, dt), o = ones({2, 3}, dt), f = full({4}, 3.0, dt),
-           e = empty({3, 2}, dt);
+    Tensor z = zeros({2, 3}, dt), o = ones({2, 3}, dt), f = full({4}, 3.0, dt), e = empty({3, 2}, dt);
     CHECK(z.dtype() == dt);
     CHECK(o.dtype() == dt);
     CHECK(f.dtype() == dt);
@@ -282,23 +277,18 @@ TEST_CASE("to(dtype) for every dtype pair on exactly representable values") {
 }
 
 TEST_CASE("to(dtype): rounding, NaN and Inf, saturation into integers") {
-  const double nan = std::numeric_limits<double>::quiet_NaN(),
-               inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   for (DType from : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     CAPTURE(dtype_name(from));
     // 2.75 and -2.75 are exact in every float dtype; 60000 is exact in all but bfloat16
     // (which rounds it to 59904); 1e30 is Inf in float16.
-    Tensor x =
-        from_vector(std::vector<double>{nan, inf, -inf, 2.75, -2.75, 60000.0, -1e30}, {7}, from);
+    Tensor x = from_vector(std::vector<double>{nan, inf, -inf, 2.75, -2.75, 60000.0, -1e30}, {7}, from);
     const double big = from == kBFloat16 ? 59904.0 : 60000.0;
-    CHECK(x.to(kInt32).to_vector<int32_t>() == std::vector<int32_t>{0, INT32_MAX, INT32_MIN, 2, -2,
-                                                                    static_cast<int32_t>(big),
-                                                                    INT32_MIN});
-    CHECK(x.to(kInt64).to_vector<int64_t>() == std::vector<int64_t>{0, INT64_MAX, INT64_MIN, 2, -2,
-                                                                    static_cast<int64_t>(big),
-                                                                    INT64_MIN});
-    CHECK(x.to(kBool).to_vector<bool>() ==
-          std::vector<bool>{true, true, true, true, true, true, true});
+    CHECK(x.to(kInt32).to_vector<int32_t>() ==
+          std::vector<int32_t>{0, INT32_MAX, INT32_MIN, 2, -2, static_cast<int32_t>(big), INT32_MIN});
+    CHECK(x.to(kInt64).to_vector<int64_t>() ==
+          std::vector<int64_t>{0, INT64_MAX, INT64_MIN, 2, -2, static_cast<int64_t>(big), INT64_MIN});
+    CHECK(x.to(kBool).to_vector<bool>() == std::vector<bool>{true, true, true, true, true, true, true});
     for (DType to : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
       CAPTURE(dtype_name(to));
       const std::vector<double> y = x.to(to).to_vector<double>();
@@ -310,17 +300,14 @@ TEST_CASE("to(dtype): rounding, NaN and Inf, saturation into integers") {
     }
   }
   // Values just inside the int32 range convert exactly; beyond saturate.
-  Tensor edges = from_vector(std::vector<double>{2147483647.0, -2147483648.0, 2147483648.0,
-                                                 -2147483649.0, 9.3e18, -9.3e18},
-                             {6});
+  Tensor edges =
+      from_vector(std::vector<double>{2147483647.0, -2147483648.0, 2147483648.0, -2147483649.0, 9.3e18, -9.3e18}, {6});
   CHECK(edges.to(kInt32).to_vector<int32_t>() ==
         std::vector<int32_t>{INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN});
-  CHECK(edges.to(kInt64).to_vector<int64_t>() == std::vector<int64_t>{2147483647LL, -2147483648LL,
-                                                                      2147483648LL, -2147483649LL,
-                                                                      INT64_MAX, INT64_MIN});
+  CHECK(edges.to(kInt64).to_vector<int64_t>() ==
+        std::vector<int64_t>{2147483647LL, -2147483648LL, 2147483648LL, -2147483649LL, INT64_MAX, INT64_MIN});
   // Narrowing between floats rounds to nearest and overflows to Inf.
-  Tensor wide =
-      from_vector(std::vector<double>{1e300, -1e300, 0.1, 70000.0, 65519.0, 65520.0}, {6});
+  Tensor wide = from_vector(std::vector<double>{1e300, -1e300, 0.1, 70000.0, 65519.0, 65520.0}, {6});
   const std::vector<double> f32 = wide.to(kFloat32).to_vector<double>();
   CHECK(f32[0] == inf);
   CHECK(f32[1] == -inf);
@@ -330,15 +317,12 @@ TEST_CASE("to(dtype): rounding, NaN and Inf, saturation into integers") {
   CHECK(f16[4] == 65504.0);  // the largest half
   CHECK(f16[5] == inf);      // 65520 is the tie between 65504 and 2^16: even -> Inf
   // int64 -> int32 wraps modulo 2^32 (two's complement), as in PyTorch.
-  Tensor ints =
-      from_vector(std::vector<int64_t>{(int64_t{1} << 32) + 7, -(int64_t{1} << 33) - 1}, {2});
+  Tensor ints = from_vector(std::vector<int64_t>{(int64_t{1} << 32) + 7, -(int64_t{1} << 33) - 1}, {2});
   CHECK(ints.to(kInt32).to_vector<int32_t>() == std::vector<int32_t>{7, -1});
   // int64 -> float32 rounds to nearest.
-  Tensor i64 =
-      from_vector(std::vector<int64_t>{(int64_t{1} << 24) + 1, (int64_t{1} << 40) + 3}, {2});
+  Tensor i64 = from_vector(std::vector<int64_t>{(int64_t{1} << 24) + 1, (int64_t{1} << 40) + 3}, {2});
   CHECK(i64.to(kFloat32).to_vector<double>() ==
-        std::vector<double>{16777216.0,
-                            static_cast<double>(static_cast<float>((int64_t{1} << 40) + 3))});
+        std::vector<double>{16777216.0, static_cast<double>(static_cast<float>((int64_t{1} << 40) + 3))});
 }
 
 TEST_CASE("to(dtype) is differentiable between floats and ends the history into integers") {
@@ -501,8 +485,7 @@ TEST_CASE("div_ is a true division") {
     x.div_(3.0);
     const std::vector<double> got = x.to_vector<double>();
     for (size_t k = 0; k < values.size(); ++k) {
-      const double want = dt == kFloat32 ? static_cast<double>(values[k] / 3.0f)
-                                         : static_cast<double>(values[k]) / 3.0;
+      const double want = dt == kFloat32 ? static_cast<double>(values[k] / 3.0f) : static_cast<double>(values[k]) / 3.0;
       CHECK(got[k] == want);
     }
   }

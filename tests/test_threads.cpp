@@ -32,8 +32,7 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) return a.defined() == b.defined();
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(),
-                     static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
+  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
 }
 
 using Named = std::vector<std::pair<std::string, Tensor>>;
@@ -105,13 +104,12 @@ TEST_CASE("softmax, matmul and cross_entropy are bit-identical with 1 and 2 thre
     // One block of C only (M = 128): the whole product is a single BLAS call, as in the
     // weight gradient of a linear layer, (out,batch) @ (batch,in).
     out.push_back({"matmul single block", matmul(randn({512, 128}).t(), randn({512, 64}))});
-    out.push_back(
-        {"matmul single block f64", matmul(randn({64, 90}, kF64), randn({90, 80}, kF64))});
+    out.push_back({"matmul single block f64", matmul(randn({64, 90}, kF64), randn({90, 80}, kF64))});
     out.push_back({"matmul batched", matmul(batched_a, batched_b)});
     out.push_back({"matmul f64", matmul(a64, b64)});
     out.push_back({"cross_entropy", F::cross_entropy(logits, targets)});
-    out.push_back({"cross_entropy smoothed",
-                   F::cross_entropy(logits, targets, {.ignore_index = 3, .label_smoothing = 0.1})});
+    out.push_back(
+        {"cross_entropy smoothed", F::cross_entropy(logits, targets, {.ignore_index = 3, .label_smoothing = 0.1})});
     return out;
   });
 }
@@ -125,8 +123,7 @@ TEST_CASE("forward + backward without matrix products is bit-identical with 1 an
     Tensor scale = randn({32}).requires_grad_(), shift = zeros({32}).requires_grad_();
     Tensor h = F::dropout(F::gelu(x * scale + shift), 0.1);
     Tensor normed = (h - h.mean({1}, true)) / (h.var({1}, true) + 1e-5).sqrt();
-    Tensor loss = F::cross_entropy(normed, y) + F::softmax(h, 0).sum({1}).mean() +
-                  (scale * scale).sum() * 1e-3;
+    Tensor loss = F::cross_entropy(normed, y) + F::softmax(h, 0).sum({1}).mean() + (scale * scale).sum() * 1e-3;
     loss.backward();
     Named out;
     out.push_back({"loss", loss.detach()});

@@ -57,24 +57,21 @@ std::vector<int64_t> tokens(size_t n, int64_t vocab, uint64_t seed, int64_t low 
   const Values r = ref::random_values(n, seed);
   std::vector<int64_t> out(n);
   for (size_t i = 0; i < n; ++i)
-    out[i] = low + static_cast<int64_t>((r[i] + 1.0) / 2.0 * static_cast<double>(vocab - low)) %
-                       (vocab - low);
+    out[i] = low + static_cast<int64_t>((r[i] + 1.0) / 2.0 * static_cast<double>(vocab - low)) % (vocab - low);
   return out;
 }
 
 // Rows [t0, t0 + n) of each batch of a (B, T, D) row-major block.
 Values time_slice(const Values& x, int64_t B, int64_t T, int64_t D, int64_t t0, int64_t n) {
   Values out;
-  for (int64_t b = 0; b < B; ++b)
-    out.insert(out.end(), x.begin() + (b * T + t0) * D, x.begin() + (b * T + t0 + n) * D);
+  for (int64_t b = 0; b < B; ++b) out.insert(out.end(), x.begin() + (b * T + t0) * D, x.begin() + (b * T + t0 + n) * D);
   return out;
 }
 
 // Embedding rows for tokens (B*L) from a (V, C) table.
 Values lookup(const Values& table, const std::vector<int64_t>& ids, int64_t C) {
   Values out;
-  for (int64_t id : ids)
-    out.insert(out.end(), table.begin() + id * C, table.begin() + (id + 1) * C);
+  for (int64_t id : ids) out.insert(out.end(), table.begin() + id * C, table.begin() + (id + 1) * C);
   return out;
 }
 
@@ -106,8 +103,7 @@ TEST_CASE("TransformerEncoderLayer: pre-LN and post-LN against the loop referenc
       F::AttentionMask mask;
       mask.key_padding = from_vector(padding.key_padding, {B, T});
       const Values want = ref::encoder_layer(ref::params_of(layer), "", o, x, B, T, padding);
-      check_close(layer.forward(to_tensor(x, {B, T, C}, kFloat32), mask), want, 1e-5, 1e-5,
-                  "float32");
+      check_close(layer.forward(to_tensor(x, {B, T, C}, kFloat32), mask), want, 1e-5, 1e-5, "float32");
       layer.to(kFloat64);
       check_close(layer.forward(to_tensor(x, {B, T, C}), mask), want, 1e-11, 1e-11, "float64");
       ref::MaskSpec causal;
@@ -115,8 +111,7 @@ TEST_CASE("TransformerEncoderLayer: pre-LN and post-LN against the loop referenc
       F::AttentionMask causal_mask;
       causal_mask.causal = true;
       check_close(layer.forward(to_tensor(x, {B, T, C}), causal_mask),
-                  ref::encoder_layer(ref::params_of(layer), "", o, x, B, T, causal), 1e-11, 1e-11,
-                  "causal");
+                  ref::encoder_layer(ref::params_of(layer), "", o, x, B, T, causal), 1e-11, 1e-11, "causal");
     }
 }
 
@@ -126,8 +121,7 @@ TEST_CASE("TransformerDecoderLayer: pre-LN and post-LN against the loop referenc
   for (bool norm_first : {true, false}) {
     CAPTURE(norm_first);
     manual_seed(31);
-    const nn::TransformerLayerOptions o =
-        layer_options(C, H, d_ff, norm_first, nn::Activation::GELUTanh);
+    const nn::TransformerLayerOptions o = layer_options(C, H, d_ff, norm_first, nn::Activation::GELUTanh);
     nn::TransformerDecoderLayer layer(o);
     perturb_norms(layer, 5);
     layer.to(kFloat64);
@@ -137,15 +131,13 @@ TEST_CASE("TransformerDecoderLayer: pre-LN and post-LN against the loop referenc
     F::AttentionMask self_mask, memory_mask;
     self_mask.causal = true;
     memory_mask.key_lengths = from_vector(memory_spec.key_lengths, {B});
-    const Values want = ref::decoder_layer(ref::params_of(layer), "", o, x, memory, B, T, S,
-                                           self_spec, memory_spec);
-    Tensor out = layer.forward(to_tensor(x, {B, T, C}), to_tensor(memory, {B, S, C}), self_mask,
-                               memory_mask);
+    const Values want = ref::decoder_layer(ref::params_of(layer), "", o, x, memory, B, T, S, self_spec, memory_spec);
+    Tensor out = layer.forward(to_tensor(x, {B, T, C}), to_tensor(memory, {B, S, C}), self_mask, memory_mask);
     CHECK(out.shape() == Dims{B, T, C});
     check_close(out, want, 1e-11, 1e-11, "float64");
     layer.to(kFloat32);
-    check_close(layer.forward(to_tensor(x, {B, T, C}, kFloat32),
-                              to_tensor(memory, {B, S, C}, kFloat32), self_mask, memory_mask),
+    check_close(layer.forward(to_tensor(x, {B, T, C}, kFloat32), to_tensor(memory, {B, S, C}, kFloat32), self_mask,
+                              memory_mask),
                 want, 1e-5, 1e-5, "float32");
   }
 }
@@ -168,13 +160,10 @@ TEST_CASE("Transformer layers: gradcheck of the input and every parameter, pre-L
     causal.causal = true;
     std::vector<Tensor> enc_inputs{x};
     for (const Tensor& p : encoder.parameters()) enc_inputs.push_back(p);
-    expect_gradcheck([&](const std::vector<Tensor>& in) { return encoder.forward(in[0], causal); },
-                     enc_inputs);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return encoder.forward(in[0], causal); }, enc_inputs);
     std::vector<Tensor> dec_inputs{x, memory};
     for (const Tensor& p : decoder.parameters()) dec_inputs.push_back(p);
-    expect_gradcheck(
-        [&](const std::vector<Tensor>& in) { return decoder.forward(in[0], in[1], causal); },
-        dec_inputs);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return decoder.forward(in[0], in[1], causal); }, dec_inputs);
   }
 }
 
@@ -210,10 +199,8 @@ TEST_CASE(
     padding_mask.key_padding = from_vector(padding.key_padding, {B, S});
     // Encoder over the memory (length S).
     Values h = memory;
-    for (int i = 0; i < 2; ++i)
-      h = ref::encoder_layer(ep, "layers." + std::to_string(i) + ".", o, h, B, S, padding);
-    if (norm_first)
-      h = ref::layer_norm(h, C, ref::param(ep, "norm.weight"), ref::param(ep, "norm.bias"), 1e-5);
+    for (int i = 0; i < 2; ++i) h = ref::encoder_layer(ep, "layers." + std::to_string(i) + ".", o, h, B, S, padding);
+    if (norm_first) h = ref::layer_norm(h, C, ref::param(ep, "norm.weight"), ref::param(ep, "norm.bias"), 1e-5);
     Tensor encoded = encoder.forward(to_tensor(memory, {B, S, C}), padding_mask);
     check_close(encoded, h, 1e-11, 1e-11, "encoder");
     // Decoder over x with the encoded memory.
@@ -223,17 +210,13 @@ TEST_CASE(
     causal_mask.causal = true;
     Values d = x;
     for (int i = 0; i < 3; ++i)
-      d = ref::decoder_layer(dp, "layers." + std::to_string(i) + ".", o, d, h, B, T, S, causal,
-                             padding);
-    if (norm_first)
-      d = ref::layer_norm(d, C, ref::param(dp, "norm.weight"), ref::param(dp, "norm.bias"), 1e-5);
-    check_close(decoder.forward(to_tensor(x, {B, T, C}), encoded, causal_mask, padding_mask), d,
-                1e-11, 1e-11, "decoder");
+      d = ref::decoder_layer(dp, "layers." + std::to_string(i) + ".", o, d, h, B, T, S, causal, padding);
+    if (norm_first) d = ref::layer_norm(d, C, ref::param(dp, "norm.weight"), ref::param(dp, "norm.bias"), 1e-5);
+    check_close(decoder.forward(to_tensor(x, {B, T, C}), encoded, causal_mask, padding_mask), d, 1e-11, 1e-11,
+                "decoder");
   }
-  expect_error([] { nn::TransformerEncoder(layer_options(4, 2, 4, true), 0); },
-               {"heed::TransformerEncoder"});
-  expect_error([] { nn::TransformerDecoder(layer_options(4, 2, 4, true), 0); },
-               {"heed::TransformerDecoder"});
+  expect_error([] { nn::TransformerEncoder(layer_options(4, 2, 4, true), 0); }, {"heed::TransformerEncoder"});
+  expect_error([] { nn::TransformerDecoder(layer_options(4, 2, 4, true), 0); }, {"heed::TransformerDecoder"});
   expect_error([] { nn::TransformerEncoderLayer(layer_options(6, 4, 4, true)); },
                {"heed::MultiHeadAttention", "divisible"});
 }
@@ -258,8 +241,7 @@ TEST_CASE("TransformerEncoderLayer with a causal mask leaks nothing from future 
 
 namespace {
 
-nn::TransformerLMOptions lm_options(ProjectionLayout layout = ProjectionLayout::FusedQKV,
-                                    bool tie = false) {
+nn::TransformerLMOptions lm_options(ProjectionLayout layout = ProjectionLayout::FusedQKV, bool tie = false) {
   nn::TransformerLMOptions o;
   o.vocab = 11;
   o.d_model = 8;
@@ -273,8 +255,7 @@ nn::TransformerLMOptions lm_options(ProjectionLayout layout = ProjectionLayout::
 }
 
 // The LM's forward with loops: token + position rows, pre-LN causal blocks, final norm, head.
-Values lm_reference(const nn::TransformerLM& model, const std::vector<int64_t>& idx, int64_t B,
-                    int64_t T) {
+Values lm_reference(const nn::TransformerLM& model, const std::vector<int64_t>& idx, int64_t B, int64_t T) {
   const nn::TransformerLMOptions& o = model.options();
   const ref::ParamMap p = ref::params_of(model);
   const int64_t C = o.d_model;
@@ -283,8 +264,7 @@ Values lm_reference(const nn::TransformerLM& model, const std::vector<int64_t>& 
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t c = 0; c < C; ++c) x[(b * T + t) * C + c] += pos[t * C + c];
-  nn::TransformerLayerOptions lo =
-      layer_options(C, o.heads, o.d_ff > 0 ? o.d_ff : 4 * C, true, o.activation);
+  nn::TransformerLayerOptions lo = layer_options(C, o.heads, o.d_ff > 0 ? o.d_ff : 4 * C, true, o.activation);
   lo.attention.layout = o.layout;
   lo.attention.scale = o.scale;
   lo.bias = o.bias;
@@ -294,16 +274,14 @@ Values lm_reference(const nn::TransformerLM& model, const std::vector<int64_t>& 
     x = ref::encoder_layer(p, "blocks." + std::to_string(i) + ".", lo, x, B, T, causal);
   x = ref::layer_norm(x, C, ref::param(p, "norm.weight"), ref::param(p, "norm.bias"), 1e-5);
   if (o.tie_embeddings) return tied_logits(x, ref::param(p, "tok_embed.weight"), C, o.vocab);
-  return ref::linear(x, C, ref::param(p, "head.weight"), ref::optional_param(p, "head.bias"),
-                     o.vocab);
+  return ref::linear(x, C, ref::param(p, "head.weight"), ref::optional_param(p, "head.bias"), o.vocab);
 }
 
 }  // namespace
 
 TEST_CASE("TransformerLM: names, sizes and the full forward against the loop reference") {
   const int64_t B = 2, T = 6;
-  for (ProjectionLayout layout :
-       {ProjectionLayout::FusedQKV, ProjectionLayout::Separate, ProjectionLayout::PerHead})
+  for (ProjectionLayout layout : {ProjectionLayout::FusedQKV, ProjectionLayout::Separate, ProjectionLayout::PerHead})
     for (bool tie : {false, true}) {
       CAPTURE(nn::projection_layout_name(layout));
       CAPTURE(tie);
@@ -315,8 +293,7 @@ TEST_CASE("TransformerLM: names, sizes and the full forward against the loop ref
       CHECK(ref::has_param(p, "blocks.1.ff.fc1.weight"));
       CHECK(ref::has_param(p, "norm.bias"));
       CHECK(ref::has_param(p, "head.weight") == !tie);
-      if (layout == ProjectionLayout::FusedQKV)
-        CHECK(ref::has_param(p, "blocks.0.self_attn.qkv_proj.weight"));
+      if (layout == ProjectionLayout::FusedQKV) CHECK(ref::has_param(p, "blocks.0.self_attn.qkv_proj.weight"));
       perturb_norms(model, 11);
       const std::vector<int64_t> idx = tokens(B * T, 11, 841);
       Tensor logits = model(from_vector(idx, {B, T}));
@@ -330,8 +307,7 @@ TEST_CASE("TransformerLM: names, sizes and the full forward against the loop ref
 
 TEST_CASE("TransformerLM: causal leakage, KV-cache decoding and gradients") {
   const int64_t B = 2, T = 9;
-  for (ProjectionLayout layout :
-       {ProjectionLayout::FusedQKV, ProjectionLayout::Separate, ProjectionLayout::PerHead}) {
+  for (ProjectionLayout layout : {ProjectionLayout::FusedQKV, ProjectionLayout::Separate, ProjectionLayout::PerHead}) {
     CAPTURE(nn::projection_layout_name(layout));
     manual_seed(41);
     nn::TransformerLM model(lm_options(layout));
@@ -344,19 +320,16 @@ TEST_CASE("TransformerLM: causal leakage, KV-cache decoding and gradients") {
       for (int64_t t = 5; t < T; ++t) changed[b * T + t] = (changed[b * T + t] + 3) % 11;
     const Values other = ref::values(model(from_vector(changed, {B, T})));
     CHECK(time_slice(full, B, T, 11, 0, 5) == time_slice(other, B, T, 11, 0, 5));
-    CHECK(ref::max_abs_diff(time_slice(full, B, T, 11, 5, 4), time_slice(other, B, T, 11, 5, 4)) >
-          1e-4);
+    CHECK(ref::max_abs_diff(time_slice(full, B, T, 11, 5, 4), time_slice(other, B, T, 11, 5, 4)) > 1e-4);
 
-    for (const std::vector<int64_t>& chunks :
-         {std::vector<int64_t>(T, 1), std::vector<int64_t>{4, 1, 3, 1}}) {
+    for (const std::vector<int64_t>& chunks : {std::vector<int64_t>(T, 1), std::vector<int64_t>{4, 1, 3, 1}}) {
       std::vector<nn::KVCache> caches = model.make_caches();
       CHECK(caches.size() == 2);
       int64_t done = 0;
       for (int64_t n : chunks) {
         Tensor logits = model.forward(ids.narrow(1, done, n), &caches);
         CHECK(logits.shape() == Dims{B, n, 11});
-        check_close(logits, time_slice(full, B, T, 11, done, n), 1e-5, 1e-5,
-                    "step at " + std::to_string(done));
+        check_close(logits, time_slice(full, B, T, 11, done, n), 1e-5, 1e-5, "step at " + std::to_string(done));
         done += n;
         CHECK(caches[0].length() == done);
         CHECK(caches[1].length() == done);
@@ -411,28 +384,12 @@ TEST_CASE(
 
 TEST_CASE("TransformerLM: misuse") {
   nn::TransformerLM model(lm_options());
-  expect_error(
-      [&] {
-        model(from_vector(std::vector<int64_t>{1, 2}, {2}));
-      },
-      {"heed::TransformerLM", "[2]"});
+  expect_error([&] { model(from_vector(std::vector<int64_t>{1, 2}, {2})); }, {"heed::TransformerLM", "[2]"});
   expect_error([&] { model(zeros({1, 3})); }, {"heed::embedding", "int64"});
-  expect_error(
-      [&] {
-        model(from_vector(std::vector<int64_t>{1, 11}, {1, 2}));
-      },
-      {"heed::embedding"});
-  expect_error(
-      [&] {
-        model(zeros({1, 10}, kInt64));
-      },
-      {"heed::LearnedPositionalEmbedding", "context"});
+  expect_error([&] { model(from_vector(std::vector<int64_t>{1, 11}, {1, 2})); }, {"heed::embedding"});
+  expect_error([&] { model(zeros({1, 10}, kInt64)); }, {"heed::LearnedPositionalEmbedding", "context"});
   std::vector<nn::KVCache> one(1);
-  expect_error(
-      [&] {
-        model.forward(zeros({1, 2}, kInt64), &one);
-      },
-      {"heed::TransformerLM", "1 caches"});
+  expect_error([&] { model.forward(zeros({1, 2}, kInt64), &one); }, {"heed::TransformerLM", "1 caches"});
   nn::TransformerLMOptions bad = lm_options();
   bad.vocab = 0;
   expect_error([&] { nn::TransformerLM m(bad); }, {"heed::TransformerLM"});
@@ -445,8 +402,7 @@ TEST_CASE("TransformerLM: misuse") {
 
 namespace {
 
-nn::TransformerOptions seq2seq_options(bool norm_first, bool tie, nn::PositionalKind positional,
-                                       bool share) {
+nn::TransformerOptions seq2seq_options(bool norm_first, bool tie, nn::PositionalKind positional, bool share) {
   nn::TransformerOptions o;
   o.src_vocab = share ? 10 : 9;
   o.tgt_vocab = 10;
@@ -462,13 +418,12 @@ nn::TransformerOptions seq2seq_options(bool norm_first, bool tie, nn::Positional
 }
 
 // The seq2seq forward with loops.
-Values seq2seq_reference(const nn::Transformer& model, const std::vector<int64_t>& src,
-                         const std::vector<int64_t>& tgt, int64_t B, int64_t S, int64_t T) {
+Values seq2seq_reference(const nn::Transformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& tgt,
+                         int64_t B, int64_t S, int64_t T) {
   const nn::TransformerOptions& o = model.options();
   const ref::ParamMap p = ref::params_of(model);
   const int64_t C = o.layer.d_model;
-  auto embed = [&](const std::string& table, const std::string& positions,
-                   const std::vector<int64_t>& ids, int64_t L) {
+  auto embed = [&](const std::string& table, const std::string& positions, const std::vector<int64_t>& ids, int64_t L) {
     Values x = lookup(ref::param(p, table), ids, C);
     const Values learned = positions.empty() ? Values() : ref::param(p, positions);
     for (int64_t b = 0; b < B; ++b)
@@ -476,8 +431,7 @@ Values seq2seq_reference(const nn::Transformer& model, const std::vector<int64_t
         for (int64_t c = 0; c < C; ++c) {
           double pe = 0;
           if (positions.empty()) {  // sinusoidal, stored as a float32 table
-            const double angle =
-                static_cast<double>(t) / std::pow(10000.0, static_cast<double>(c - c % 2) / C);
+            const double angle = static_cast<double>(t) / std::pow(10000.0, static_cast<double>(c - c % 2) / C);
             pe = static_cast<float>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
           } else {
             pe = learned[t * C + c];
@@ -493,35 +447,29 @@ Values seq2seq_reference(const nn::Transformer& model, const std::vector<int64_t
   for (int64_t id : src) src_padding.key_padding.push_back(id == o.pad_id);
   Values h = embed(src_table, learned ? "src_positions.weight" : "", src, S);
   for (int64_t i = 0; i < o.encoder_layers; ++i)
-    h = ref::encoder_layer(p, "encoder.layers." + std::to_string(i) + ".", o.layer, h, B, S,
-                           src_padding);
+    h = ref::encoder_layer(p, "encoder.layers." + std::to_string(i) + ".", o.layer, h, B, S, src_padding);
   if (o.layer.norm_first)
-    h = ref::layer_norm(h, C, ref::param(p, "encoder.norm.weight"),
-                        ref::param(p, "encoder.norm.bias"), 1e-5);
+    h = ref::layer_norm(h, C, ref::param(p, "encoder.norm.weight"), ref::param(p, "encoder.norm.bias"), 1e-5);
   ref::MaskSpec causal;
   causal.causal = true;
   Values d = embed("tgt_embed.weight", learned ? "tgt_positions.weight" : "", tgt, T);
   for (int64_t i = 0; i < o.decoder_layers; ++i)
-    d = ref::decoder_layer(p, "decoder.layers." + std::to_string(i) + ".", o.layer, d, h, B, T, S,
-                           causal, src_padding);
+    d = ref::decoder_layer(p, "decoder.layers." + std::to_string(i) + ".", o.layer, d, h, B, T, S, causal, src_padding);
   if (o.layer.norm_first)
-    d = ref::layer_norm(d, C, ref::param(p, "decoder.norm.weight"),
-                        ref::param(p, "decoder.norm.bias"), 1e-5);
+    d = ref::layer_norm(d, C, ref::param(p, "decoder.norm.weight"), ref::param(p, "decoder.norm.bias"), 1e-5);
   if (o.tie_output) return tied_logits(d, ref::param(p, "tgt_embed.weight"), C, o.tgt_vocab);
   return ref::linear(d, C, ref::param(p, "output.weight"), {}, o.tgt_vocab);
 }
 
 }  // namespace
 
-TEST_CASE(
-    "Transformer: dotted names, padding rows, and the full forward against the loop reference") {
+TEST_CASE("Transformer: dotted names, padding rows, and the full forward against the loop reference") {
   const int64_t B = 2, S = 5, T = 4;
   std::vector<int64_t> src = tokens(B * S, 9, 870, 1), tgt = tokens(B * T, 10, 871, 1);
   src[3] = src[4] = 0;  // batch 0 has two padding positions
   for (bool norm_first : {true, false})
     for (bool tie : {true, false})
-      for (nn::PositionalKind positional :
-           {nn::PositionalKind::Sinusoidal, nn::PositionalKind::Learned})
+      for (nn::PositionalKind positional : {nn::PositionalKind::Sinusoidal, nn::PositionalKind::Learned})
         for (bool share : {false, true}) {
           if (share && !tie) continue;
           CAPTURE(norm_first);
@@ -536,8 +484,7 @@ TEST_CASE(
           CHECK(ref::has_param(p, "src_embed.weight") == !share);
           CHECK(ref::has_param(p, "output.weight") == !tie);
           CHECK(ref::has_param(p, "encoder.norm.weight") == norm_first);
-          CHECK(ref::has_param(p, "src_positions.weight") ==
-                (positional == nn::PositionalKind::Learned));
+          CHECK(ref::has_param(p, "src_positions.weight") == (positional == nn::PositionalKind::Learned));
           // Padding rows of the embeddings start at zero.
           CHECK(ref::values(model.tgt_embed->weight.select(0, 0)) == Values(8, 0.0));
           CHECK(ref::values(model.src_embed->weight.select(0, 0)) == Values(8, 0.0));
@@ -547,8 +494,7 @@ TEST_CASE(
           CHECK(logits.shape() == Dims{B, T, 10});
           check_close(logits, want, 1e-4, 1e-4, "float32");
           model.to(kFloat64);
-          check_close(model.forward(from_vector(src, {B, S}), from_vector(tgt, {B, T})), want,
-                      1e-10, 1e-10, "float64");
+          check_close(model.forward(from_vector(src, {B, S}), from_vector(tgt, {B, T})), want, 1e-10, 1e-10, "float64");
         }
 }
 
@@ -559,8 +505,7 @@ TEST_CASE("Transformer: decoder causality, memory padding, and incremental decod
     manual_seed(51);
     // Post-LN with learned positions and an untied output, pre-LN with the sinusoidal table.
     nn::Transformer model(seq2seq_options(
-        norm_first, norm_first,
-        norm_first ? nn::PositionalKind::Sinusoidal : nn::PositionalKind::Learned, false));
+        norm_first, norm_first, norm_first ? nn::PositionalKind::Sinusoidal : nn::PositionalKind::Learned, false));
     std::vector<int64_t> src = tokens(B * S, 9, 880, 1), tgt = tokens(B * T, 10, 881, 1);
     src[S + 4] = src[S + 5] = 0;  // batch 1: padded tail
     Tensor src_t = from_vector(src, {B, S}), tgt_t = from_vector(tgt, {B, T});
@@ -570,19 +515,16 @@ TEST_CASE("Transformer: decoder causality, memory padding, and incremental decod
 
     // Future target tokens do not change earlier logits.
     std::vector<int64_t> changed = tgt;
-    for (int64_t b = 0; b < B; ++b)
-      changed[b * T + 6] = changed[b * T + 5] = (changed[b * T + 5] % 9) + 1;
+    for (int64_t b = 0; b < B; ++b) changed[b * T + 6] = changed[b * T + 5] = (changed[b * T + 5] % 9) + 1;
     const Values other = ref::values(model.decode(from_vector(changed, {B, T}), memory, src_t));
     CHECK(time_slice(full, B, T, 10, 0, 5) == time_slice(other, B, T, 10, 0, 5));
     // Memory at padded source positions is never read.
     Values mem = ref::values(memory);
     for (int64_t t = 4; t < S; ++t)
       for (int64_t c = 0; c < 8; ++c) mem[(S + t) * 8 + c] = 100.0 + t + c;
-    check_close(model.decode(tgt_t, to_tensor(mem, {B, S, 8}, kFloat32), src_t), full, 0, 0,
-                "padded memory");
+    check_close(model.decode(tgt_t, to_tensor(mem, {B, S, 8}, kFloat32), src_t), full, 0, 0, "padded memory");
 
-    for (const std::vector<int64_t>& chunks :
-         {std::vector<int64_t>(T, 1), std::vector<int64_t>{2, 3, 2}}) {
+    for (const std::vector<int64_t>& chunks : {std::vector<int64_t>(T, 1), std::vector<int64_t>{2, 3, 2}}) {
       std::vector<nn::DecoderLayerCache> caches = model.make_caches();
       REQUIRE(caches.size() == 2);
       CHECK(caches[0].cross_attention.is_static);
@@ -590,8 +532,7 @@ TEST_CASE("Transformer: decoder causality, memory padding, and incremental decod
       int64_t done = 0;
       for (int64_t n : chunks) {
         Tensor logits = model.decode(tgt_t.narrow(1, done, n), memory, src_t, &caches);
-        check_close(logits, time_slice(full, B, T, 10, done, n), 1e-5, 1e-5,
-                    "step at " + std::to_string(done));
+        check_close(logits, time_slice(full, B, T, 10, done, n), 1e-5, 1e-5, "step at " + std::to_string(done));
         done += n;
         for (const nn::DecoderLayerCache& c : caches) {
           CHECK(c.self_attention.length() == done);
@@ -603,8 +544,8 @@ TEST_CASE("Transformer: decoder causality, memory padding, and incremental decod
         c.self_attention.reset();
         c.cross_attention.reset();
       }
-      check_close(model.decode(tgt_t.narrow(1, 0, 3), memory, src_t, &caches),
-                  time_slice(full, B, T, 10, 0, 3), 1e-5, 1e-5, "after reset");
+      check_close(model.decode(tgt_t.narrow(1, 0, 3), memory, src_t, &caches), time_slice(full, B, T, 10, 0, 3), 1e-5,
+                  1e-5, "after reset");
     }
 
     // Beam reordering of every layer's caches.
@@ -616,10 +557,9 @@ TEST_CASE("Transformer: decoder causality, memory padding, and incremental decod
       c.cross_attention.reorder(beams);
     }
     Tensor src_beams = index_select(src_t, 0, beams), tgt_beams = index_select(tgt_t, 0, beams);
-    const Values want =
-        ref::values(model.decode(tgt_beams, index_select(memory, 0, beams), src_beams));
-    check_close(model.decode(tgt_beams.narrow(1, 3, 2), memory, src_beams, &caches),
-                time_slice(want, B, T, 10, 3, 2), 1e-5, 1e-5, "after reorder");
+    const Values want = ref::values(model.decode(tgt_beams, index_select(memory, 0, beams), src_beams));
+    check_close(model.decode(tgt_beams.narrow(1, 3, 2), memory, src_beams, &caches), time_slice(want, B, T, 10, 3, 2),
+                1e-5, 1e-5, "after reorder");
   }
 }
 
@@ -645,23 +585,17 @@ TEST_CASE("Transformer: gradcheck of the whole model in float64, with padding") 
   // The source padding row is only looked up, so it gets nothing. (The tied target table also
   // scores class 0 in the output projection, so its padding row does get a gradient there.)
   CHECK(ref::values(model.src_embed->weight.grad().select(0, 0)) == Values(4, 0.0));
-  CHECK(ref::max_abs_diff(ref::values(model.src_embed->weight.grad().select(0, 2)),
-                          Values(4, 0.0)) > 0.0);
+  CHECK(ref::max_abs_diff(ref::values(model.src_embed->weight.grad().select(0, 2)), Values(4, 0.0)) > 0.0);
 }
 
 TEST_CASE("Transformer: misuse") {
   nn::Transformer model(seq2seq_options(true, true, nn::PositionalKind::Learned, false));
   Tensor src = from_vector(std::vector<int64_t>{1, 2, 3}, {1, 3});
-  expect_error(
-      [&] {
-        model.encode(from_vector(std::vector<int64_t>{1, 2}, {2}));
-      },
-      {"heed::Transformer", "[2]"});
+  expect_error([&] { model.encode(from_vector(std::vector<int64_t>{1, 2}, {2})); }, {"heed::Transformer", "[2]"});
   expect_error([&] { model.encode(zeros({1, 13}, kInt64)); }, {"heed::LearnedPositionalEmbedding"});
   Tensor memory = model.encode(src);
   std::vector<nn::DecoderLayerCache> three(3);
-  expect_error([&] { model.decode(src, memory, src, &three); },
-               {"heed::TransformerDecoder", "3 layer caches"});
+  expect_error([&] { model.decode(src, memory, src, &three); }, {"heed::TransformerDecoder", "3 layer caches"});
   auto o = seq2seq_options(true, true, nn::PositionalKind::Sinusoidal, true);
   o.src_vocab = 7;
   expect_error([&] { nn::Transformer m(o); }, {"heed::Transformer", "7"});
@@ -671,16 +605,8 @@ TEST_CASE("Transformer: misuse") {
   nn::TransformerEncoderLayer layer(layer_options(8, 2, 8, false));
   expect_error([&] { layer.forward(zeros({1, 3, 6})); }, {"heed::MultiHeadAttention", "[1, 3, 6]"});
   nn::TransformerDecoderLayer decoder(layer_options(8, 2, 8, false));
-  expect_error(
-      [&] {
-        decoder.forward(zeros({1, 3, 8}), zeros({1, 4, 6}));
-      },
-      {"heed::MultiHeadAttention", "[1, 4, 6]"});
-  expect_error(
-      [&] {
-        decoder.forward(zeros({1, 3, 8}), zeros({2, 4, 8}));
-      },
-      {"heed::MultiHeadAttention", "batch"});
+  expect_error([&] { decoder.forward(zeros({1, 3, 8}), zeros({1, 4, 6})); }, {"heed::MultiHeadAttention", "[1, 4, 6]"});
+  expect_error([&] { decoder.forward(zeros({1, 3, 8}), zeros({2, 4, 8})); }, {"heed::MultiHeadAttention", "batch"});
   nn::TransformerEncoderLayer pre(layer_options(8, 2, 8, true));
   expect_error([&] { pre.forward(zeros({1, 3, 6})); }, {"heed::LayerNorm", "[1, 3, 6]"});
 }

@@ -35,9 +35,7 @@ namespace {
 std::vector<int64_t> dims_vec(const Dims& d) { return d.vec(); }
 
 // 0, 1, 2, ... in float64 with the given shape.
-Tensor positions(const Dims& shape) {
-  return arange(static_cast<double>(shape_numel(shape)), kF64).reshape(shape);
-}
+Tensor positions(const Dims& shape) { return arange(static_cast<double>(shape_numel(shape)), kF64).reshape(shape); }
 
 using ViewFn = std::function<Tensor(const Tensor&)>;
 
@@ -56,12 +54,10 @@ void check_view_gradient(const Dims& shape, const ViewFn& op) {
   const std::vector<double> pos = picked.to_vector<double>(), wv = w.to_vector<double>();
   for (size_t k = 0; k < pos.size(); ++k) expected[static_cast<size_t>(pos[k])] += wv[k];
   const std::vector<double> got = x.grad().to_vector<double>();
-  for (size_t i = 0; i < expected.size(); ++i)
-    CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-12));
+  for (size_t i = 0; i < expected.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-12));
 
   Tensor y = randn(shape, kF64).requires_grad_();
-  const GradcheckResult r =
-      gradcheck([&](const std::vector<Tensor>& in) { return op(in[0]); }, {y});
+  const GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return op(in[0]); }, {y});
   CHECK_MESSAGE(r.passed, r.message);
 }
 
@@ -123,8 +119,7 @@ TEST_CASE("view refuses strides it cannot express; reshape copies only then") {
   // Columns 0 and 2 only leave gaps between rows: merging the dims needs a copy.
   Tensor stepped = x.slice(1, 0, 4, 2);  // (4,2) strides (6,2)
   CHECK(stepped.reshape({2, 4}).storage() != x.storage());
-  CHECK(stepped.reshape({2, 4}).to_vector<float>() ==
-        std::vector<float>{0, 2, 6, 8, 12, 14, 18, 20});
+  CHECK(stepped.reshape({2, 4}).to_vector<float>() == std::vector<float>{0, 2, 6, 8, 12, 14, 18, 20});
   CHECK_HEED_ERROR(stepped.view({8}), "view");
   CHECK(stepped.reshape({4, 2, 1}).storage() == x.storage());
   // Rows of a contiguous tensor stay viewable after slicing rows.
@@ -135,8 +130,7 @@ TEST_CASE("view refuses strides it cannot express; reshape copies only then") {
   CHECK(e.view({2, 2, 3}).storage() == e.storage());
   CHECK(dims_vec(e.view({2, 2, 3}).strides()) == std::vector<int64_t>{0, 0, 1});
   CHECK_HEED_ERROR(e.view({12}), "view");
-  CHECK(e.reshape({12}).to_vector<float>() ==
-        std::vector<float>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
+  CHECK(e.reshape({12}).to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
 }
 
 // ---- permute / transpose / t ------------------------------------------------------------------
@@ -341,8 +335,7 @@ TEST_CASE("cat and stack") {
   Tensor columns = cat({a, c}, -1);
   CHECK(dims_vec(columns.shape()) == std::vector<int64_t>{2, 5});
   CHECK(columns.to_vector<double>() == std::vector<double>{0, 1, 2, 200, 201, 3, 4, 5, 202, 203});
-  CHECK(cat({a.t(), positions({3, 1})}, 1).to_vector<double>() ==
-        std::vector<double>{0, 3, 0, 1, 4, 1, 2, 5, 2});
+  CHECK(cat({a.t(), positions({3, 1})}, 1).to_vector<double>() == std::vector<double>{0, 3, 0, 1, 4, 1, 2, 5, 2});
   CHECK(cat({a, zeros({0, 3}, kF64)}, 0).to_vector<double>() == a.to_vector<double>());
   Tensor mixed = cat({tensor({1, 2}, kInt64), tensor({0.5}, kF32)});
   CHECK(mixed.dtype() == kFloat32);
@@ -355,8 +348,7 @@ TEST_CASE("cat and stack") {
   CHECK(dims_vec(s2.shape()) == std::vector<int64_t>{2, 3, 2});
   CHECK(s2.at<double>({1, 2, 0}) == 5.0);
   CHECK(s2.at<double>({1, 2, 1}) == 15.0);
-  CHECK(dims_vec(stack({scalar_tensor(1.0), scalar_tensor(2.0)}).shape()) ==
-        std::vector<int64_t>{2});
+  CHECK(dims_vec(stack({scalar_tensor(1.0), scalar_tensor(2.0)}).shape()) == std::vector<int64_t>{2});
 
   CHECK_HEED_ERROR(cat({}, 0), "cat");
   CHECK_HEED_ERROR(cat({a, b}, 1), "cat");
@@ -430,8 +422,7 @@ TEST_CASE("gradients of every view op: scatter of the output gradient and gradch
     check_view_gradient({4, 7}, [](const Tensor& x) { return x.slice(1, -6, 7, 2); });
   }
   SUBCASE("slice of a slice") {
-    check_view_gradient({6, 5},
-                        [](const Tensor& x) { return x.slice(0, 1, 6, 2).slice(1, 0, 4, 3); });
+    check_view_gradient({6, 5}, [](const Tensor& x) { return x.slice(0, 1, 6, 2).slice(1, 0, 4, 3); });
   }
   SUBCASE("narrow") {
     check_view_gradient({5, 3}, [](const Tensor& x) { return x.narrow(0, 1, 3); });
@@ -476,18 +467,11 @@ TEST_CASE("gradients of every view op: scatter of the output gradient and gradch
     check_view_gradient({2, 7}, [](const Tensor& x) { return x.chunk(3, 1)[2]; });
   }
   SUBCASE("the same element read twice") {
-    check_view_gradient({4}, [](const Tensor& x) {
-      return cat({x.slice(0, 0, 3), x.slice(0, 1, 4)});
-    });
+    check_view_gradient({4}, [](const Tensor& x) { return cat({x.slice(0, 0, 3), x.slice(0, 1, 4)}); });
   }
   SUBCASE("a chain of views") {
     check_view_gradient({2, 3, 4}, [](const Tensor& x) {
-      return x.permute({2, 0, 1})
-          .reshape({4, 6})
-          .slice(1, 1, 6, 2)
-          .unsqueeze(0)
-          .expand({2, 4, 3})
-          .select(2, 1);
+      return x.permute({2, 0, 1}).reshape({4, 6}).slice(1, 1, 6, 2).unsqueeze(0).expand({2, 4, 3}).select(2, 1);
     });
   }
 }

@@ -25,19 +25,15 @@ namespace {
 std::vector<float> read_floats(const std::string& path, int64_t count) {
   std::vector<float> values(static_cast<size_t>(count));
   std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(values.data()),
-          static_cast<std::streamsize>(count * sizeof(float)));
-  if (!in)
-    throw Error("gpu-sdpa-probe: cannot read " + std::to_string(count) + " floats from " + path);
+  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(count * sizeof(float)));
+  if (!in) throw Error("gpu-sdpa-probe: cannot read " + std::to_string(count) + " floats from " + path);
   return values;
 }
 
 void write_floats(const std::string& path, const Tensor& t) {
-  const std::vector<float> values =
-      t.detach().to(kCPU).to(kFloat32).contiguous().to_vector<float>();
+  const std::vector<float> values = t.detach().to(kCPU).to(kFloat32).contiguous().to_vector<float>();
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
   if (!out) throw Error("gpu-sdpa-probe: cannot write " + path);
 }
 
@@ -46,9 +42,7 @@ double median_ms(std::vector<double> v) {
   return v[v.size() / 2] * 1e3;
 }
 
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -59,33 +53,24 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string dir = argv[1];
-    const int64_t B = std::atoll(argv[2]), H = std::atoll(argv[3]), T = std::atoll(argv[4]),
-                  D = std::atoll(argv[5]);
+    const int64_t B = std::atoll(argv[2]), H = std::atoll(argv[3]), T = std::atoll(argv[4]), D = std::atoll(argv[5]);
     const bool causal = std::string(argv[6]) == "1";
     const std::string dtype_text = argv[7];
     const int steps = std::max(1, std::atoi(argv[8]));
     const Device device = parse_device(argc > 9 ? argv[9] : "cuda");
     if (device.is_cuda() && !cuda::is_available()) {
-      std::fprintf(stderr, "gpu-sdpa-probe: no CUDA device: %s\n",
-                   cuda::unavailable_reason().c_str());
+      std::fprintf(stderr, "gpu-sdpa-probe: no CUDA device: %s\n", cuda::unavailable_reason().c_str());
       return 1;
     }
-    const DType dtype = dtype_text == "float16"    ? kFloat16
-                        : dtype_text == "bfloat16" ? kBFloat16
-                                                   : kFloat32;
+    const DType dtype = dtype_text == "float16" ? kFloat16 : dtype_text == "bfloat16" ? kBFloat16 : kFloat32;
     const Dims shape = {B, H, T, D};
     const int64_t n = B * H * T * D;
     auto load = [&](const char* name) {
-      return from_vector<float>(read_floats(dir + "/" + name + ".bin", n), shape, kFloat32)
-          .to(dtype)
-          .to(device);
+      return from_vector<float>(read_floats(dir + "/" + name + ".bin", n), shape, kFloat32).to(dtype).to(device);
     };
-    Tensor q = load("q").requires_grad_(), k = load("k").requires_grad_(),
-           v = load("v").requires_grad_();
+    Tensor q = load("q").requires_grad_(), k = load("k").requires_grad_(), v = load("v").requires_grad_();
     const Tensor upstream = load("dout");
-    auto forward = [&] {
-      return F::scaled_dot_product_attention(q, k, v, {}, 0.0, std::nullopt, causal);
-    };
+    auto forward = [&] { return F::scaled_dot_product_attention(q, k, v, {}, 0.0, std::nullopt, causal); };
 
     Tensor out = forward();
     out.backward(upstream);
@@ -119,9 +104,8 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"B\": %lld, \"H\": %lld, \"T\": %lld, \"D\": %lld, \"causal\": %s, \"dtype\": \"%s\", "
         "\"forward_ms\": %.4f, \"forward_backward_ms\": %.4f}\n",
-        static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T),
-        static_cast<long long>(D), causal ? "true" : "false", dtype_text.c_str(),
-        median_ms(forward_s), median_ms(step_s));
+        static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D),
+        causal ? "true" : "false", dtype_text.c_str(), median_ms(forward_s), median_ms(step_s));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu-sdpa-probe: %s\n", e.what());

@@ -14,12 +14,12 @@
 #include <cblas.h>
 #include <heed/heed.h>
 
+#include <sys/resource.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <sys/resource.h>
 
 using namespace heed;
 
@@ -79,7 +79,8 @@ int lm_case(const Options& o) {
   nn::TransformerLM model(mo);
   model.to(device);
   optim::AdamW opt(model.parameters(), {.lr = 3e-4});
-  const Tensor x = randint(0, o.vocab, {o.batch, o.seq}).to(device), y = randint(0, o.vocab, {o.batch, o.seq}).to(device);
+  const Tensor x = randint(0, o.vocab, {o.batch, o.seq}).to(device),
+               y = randint(0, o.vocab, {o.batch, o.seq}).to(device);
   auto step = [&] {
     Tensor loss = F::cross_entropy(model.forward(x), y);
     opt.zero_grad();
@@ -100,11 +101,12 @@ int lm_case(const Options& o) {
                BT = static_cast<double>(o.batch * o.seq), T = static_cast<double>(o.seq);
   const double n_params = L * (12.0 * C * C) + C * V;
   const double flops = 6.0 * n_params * BT + 6.0 * 2.0 * L * BT * T * C;
-  std::printf("{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
-              "\"gflops\": %.1f, \"peak_rss_mb\": %ld}\n",
-              static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
-              static_cast<long long>(o.seq), static_cast<long long>(o.batch), ms, BT / ms * 1e3, flops / ms / 1e6,
-              peak_rss_kb() / 1024);
+  std::printf(
+      "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
+      "\"gflops\": %.1f, \"peak_rss_mb\": %ld}\n",
+      static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
+      static_cast<long long>(o.seq), static_cast<long long>(o.batch), ms, BT / ms * 1e3, flops / ms / 1e6,
+      peak_rss_kb() / 1024);
   return 0;
 }
 
@@ -135,13 +137,13 @@ int attn_case(const Options& o) {
   }
   const long peak_kb = peak_reset ? status_kb("VmHWM:") : peak_rss_kb();
   const double ms = median(times) * 1e3;
-  const double flops = 3.0 * 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) *
-                       static_cast<double>(D);
-  std::printf("{\"case\": \"attn B%lld H%lld T%lld D%lld causal fwd+bwd\", \"ms_per_step\": %.2f, \"gflops\": %.1f, "
-              "\"peak_rss_mb\": %ld, \"added_rss_mb\": %.1f}\n",
-              static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T),
-              static_cast<long long>(D), ms, flops / ms / 1e6, peak_rss_kb() / 1024,
-              static_cast<double>(peak_kb - rss_before_kb) / 1024.0);
+  const double flops =
+      3.0 * 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(D);
+  std::printf(
+      "{\"case\": \"attn B%lld H%lld T%lld D%lld causal fwd+bwd\", \"ms_per_step\": %.2f, \"gflops\": %.1f, "
+      "\"peak_rss_mb\": %ld, \"added_rss_mb\": %.1f}\n",
+      static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), ms,
+      flops / ms / 1e6, peak_rss_kb() / 1024, static_cast<double>(peak_kb - rss_before_kb) / 1024.0);
   return 0;
 }
 
@@ -165,10 +167,11 @@ int matmul_case(const Options& o) {
       direct.push_back(t_direct);
     }
   }
-  std::printf("{\"case\": \"matmul %lldx%lldx%lld\", \"ms_per_step\": %.3f, \"gflops\": %.1f, \"openblas_ms\": %.3f, "
-              "\"openblas_gflops\": %.1f}\n",
-              static_cast<long long>(o.m), static_cast<long long>(o.k), static_cast<long long>(o.n),
-              median(ours) * 1e3, flops / median(ours) / 1e9, median(direct) * 1e3, flops / median(direct) / 1e9);
+  std::printf(
+      "{\"case\": \"matmul %lldx%lldx%lld\", \"ms_per_step\": %.3f, \"gflops\": %.1f, \"openblas_ms\": %.3f, "
+      "\"openblas_gflops\": %.1f}\n",
+      static_cast<long long>(o.m), static_cast<long long>(o.k), static_cast<long long>(o.n), median(ours) * 1e3,
+      flops / median(ours) / 1e9, median(direct) * 1e3, flops / median(direct) / 1e9);
   return 0;
 }
 
@@ -222,11 +225,14 @@ int main(int argc, char** argv) {
   args.add_int("n", &o.n, "columns of B (matmul)", 1, 1 << 20);
   args.add_int("k", &o.k, "inner dimension (matmul)", 1, 1 << 20);
   switch (args.parse(argc, argv)) {
-    case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+    case cli::ArgParser::Outcome::Help:
+      std::printf("%s", args.usage().c_str());
+      return 0;
     case cli::ArgParser::Outcome::Error:
       std::fprintf(stderr, "heed-bench: %s\n\n%s", args.error().c_str(), args.usage().c_str());
       return 2;
-    case cli::ArgParser::Outcome::Ok: break;
+    case cli::ArgParser::Outcome::Ok:
+      break;
   }
   if (o.kind != "lm" && o.kind != "attn" && o.kind != "matmul" && o.kind != "op-overhead") {
     std::fprintf(stderr, "heed-bench: unknown case '%s'\n\n%s", o.kind.c_str(), args.usage().c_str());

@@ -44,7 +44,8 @@ int check(const CheckOptions& o) {
     corpus.test_size = config.at("corpus").at("test_size").get<int>();
     const translate::Corpus data = translate::generate_corpus(corpus);
     std::vector<size_t> rows;
-    for (size_t i = 0; i < std::min<size_t>(static_cast<size_t>(o.batch), data.validation.size()); ++i) rows.push_back(i);
+    for (size_t i = 0; i < std::min<size_t>(static_cast<size_t>(o.batch), data.validation.size()); ++i)
+      rows.push_back(i);
     const translate::Batch b = translate::make_batch(data.validation, rows, source, target);
     report = doctor::run_checks(doctor::seq2seq_subject(*model, b.src, b.tgt_in, b.tgt_out));
   } else if (config.contains("chars")) {
@@ -71,9 +72,10 @@ int check(const CheckOptions& o) {
       text = ss.str();
     }
     const charlm::Dataset data = charlm::load_dataset(text);
-    HEED_CHECK(static_cast<int64_t>(data.chars.size()) == mo.vocab, "doctor",
-               "the data has {} distinct characters but the model was trained on {}: pass the training text with --data",
-               data.chars.size(), mo.vocab);
+    HEED_CHECK(
+        static_cast<int64_t>(data.chars.size()) == mo.vocab, "doctor",
+        "the data has {} distinct characters but the model was trained on {}: pass the training text with --data",
+        data.chars.size(), mo.vocab);
     manual_seed(0);
     auto [x, y] = charlm::get_batch(data.val, o.batch, mo.context);
     report = doctor::run_checks(doctor::lm_subject(model, x, y));
@@ -120,10 +122,18 @@ int probe(const ProbeOptions& o) {
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& r : rows)
-      j.push_back({{"dk", r.dk}, {"scaled", r.scaled}, {"score_mean", r.score_mean}, {"score_std", r.score_std},
-                   {"score_mean_abs", r.score_mean_abs}, {"entropy", r.entropy}, {"uniform_entropy", r.uniform_entropy},
-                   {"max_mean_ratio", r.max_mean_ratio}, {"max_weight", r.max_weight}, {"grad_norm", r.grad_norm},
-                   {"histogram_edges", r.histogram_edges}, {"histogram_counts", r.histogram_counts}});
+      j.push_back({{"dk", r.dk},
+                   {"scaled", r.scaled},
+                   {"score_mean", r.score_mean},
+                   {"score_std", r.score_std},
+                   {"score_mean_abs", r.score_mean_abs},
+                   {"entropy", r.entropy},
+                   {"uniform_entropy", r.uniform_entropy},
+                   {"max_mean_ratio", r.max_mean_ratio},
+                   {"max_weight", r.max_weight},
+                   {"grad_norm", r.grad_norm},
+                   {"histogram_edges", r.histogram_edges},
+                   {"histogram_counts", r.histogram_counts}});
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("probe: %lld random queries x %lld random keys, entries N(0, 1), seed %lld (seed 000 sec. 10)\n\n",
@@ -134,27 +144,28 @@ int probe(const ProbeOptions& o) {
       std::printf("%6lld %9s %10.3f %10.3f %10.3f %10.3f %10.2f %10.3f %12.3e\n", static_cast<long long>(r.dk),
                   r.scaled ? "scaled" : "unscaled", r.score_mean, r.score_std, r.score_mean_abs, r.entropy,
                   r.max_mean_ratio, r.max_weight, r.grad_norm);
-    std::printf("\nuniform attention over %lld keys has entropy %.3f nats; expected |s| of unscaled scores is "
-                "sqrt(2 d_k / pi) and their std sqrt(d_k).\n\nsoftmax weight histograms (count per bin):\n",
-                static_cast<long long>(o.keys), std::log(static_cast<double>(o.keys)));
+    std::printf(
+        "\nuniform attention over %lld keys has entropy %.3f nats; expected |s| of unscaled scores is "
+        "sqrt(2 d_k / pi) and their std sqrt(d_k).\n\nsoftmax weight histograms (count per bin):\n",
+        static_cast<long long>(o.keys), std::log(static_cast<double>(o.keys)));
     for (const auto& r : rows) {
       std::printf("  d_k %lld %s:\n", static_cast<long long>(r.dk), r.scaled ? "scaled" : "unscaled");
       double top = 0;
       for (double c : r.histogram_counts) top = std::max(top, c);
       for (size_t b = 0; b < r.histogram_counts.size(); ++b) {
         const int bar = top > 0 ? static_cast<int>(40.0 * r.histogram_counts[b] / top + 0.5) : 0;
-        std::printf("    [%9.2e, %9.2e) %7.0f %s\n", r.histogram_edges[b], r.histogram_edges[b + 1], r.histogram_counts[b],
-                    std::string(static_cast<size_t>(bar), '#').c_str());
+        std::printf("    [%9.2e, %9.2e) %7.0f %s\n", r.histogram_edges[b], r.histogram_edges[b + 1],
+                    r.histogram_counts[b], std::string(static_cast<size_t>(bar), '#').c_str());
       }
     }
   }
   if (!o.svg_dir.empty()) {
     std::filesystem::create_directories(o.svg_dir);
     for (const auto& r : rows) {
-      const std::string path =
-          fmt::format("{}/probe_dk{}_{}.svg", o.svg_dir, r.dk, r.scaled ? "scaled" : "unscaled");
-      report::svg::histogram(path, fmt::format("softmax weights, d_k = {}, {}", r.dk, r.scaled ? "scaled by 1/sqrt(d_k)" : "unscaled"),
-                             r.histogram_edges, r.histogram_counts, "attention weight", true);
+      const std::string path = fmt::format("{}/probe_dk{}_{}.svg", o.svg_dir, r.dk, r.scaled ? "scaled" : "unscaled");
+      report::svg::histogram(
+          path, fmt::format("softmax weights, d_k = {}, {}", r.dk, r.scaled ? "scaled by 1/sqrt(d_k)" : "unscaled"),
+          r.histogram_edges, r.histogram_counts, "attention weight", true);
     }
     if (!o.json) std::printf("\nwrote the histograms to %s/probe_dk*.svg\n", o.svg_dir.c_str());
   }
@@ -191,11 +202,14 @@ int main(int argc, char** argv) {
     args.add_int("batch", &o.batch, "sequences in the probe batch", 1, 4096);
     args.add_string("data", &o.data, "the text a charlm model was trained on (default: from its config)");
     switch (args.parse(argc - 1, argv + 1)) {
-      case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+      case cli::ArgParser::Outcome::Help:
+        std::printf("%s", args.usage().c_str());
+        return 0;
       case cli::ArgParser::Outcome::Error:
         std::fprintf(stderr, "heed-doctor: %s\n\n%s", args.error().c_str(), args.usage().c_str());
         return 2;
-      case cli::ArgParser::Outcome::Ok: break;
+      case cli::ArgParser::Outcome::Ok:
+        break;
     }
     return cli::run_guarded("heed-doctor", [&] { return check(o); });
   }
@@ -209,11 +223,14 @@ int main(int argc, char** argv) {
     args.add_string("svg-dir", &o.svg_dir, "write SVG histograms here");
     args.add_flag("json", &o.json, "print JSON instead of tables");
     switch (args.parse(argc - 1, argv + 1)) {
-      case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+      case cli::ArgParser::Outcome::Help:
+        std::printf("%s", args.usage().c_str());
+        return 0;
       case cli::ArgParser::Outcome::Error:
         std::fprintf(stderr, "heed-doctor: %s\n\n%s", args.error().c_str(), args.usage().c_str());
         return 2;
-      case cli::ArgParser::Outcome::Ok: break;
+      case cli::ArgParser::Outcome::Ok:
+        break;
     }
     return cli::run_guarded("heed-doctor", [&] { return probe(o); });
   }

@@ -90,8 +90,7 @@ std::vector<const OpCase*> selected_cases(const Options& options) {
   std::vector<bool> chosen(all.size(), options.ops.empty());
   for (const std::string& pattern : options.ops) {
     const std::vector<const OpCase*> matches = heed::op_cases::select_cases(pattern);
-    if (matches.empty())
-      throw UsageError{fmt::format("no case is named or starts with '{}' (see --list)", pattern)};
+    if (matches.empty()) throw UsageError{fmt::format("no case is named or starts with '{}' (see --list)", pattern)};
     for (const OpCase* c : matches) chosen[static_cast<size_t>(c - all.data())] = true;
   }
   std::vector<const OpCase*> cases;
@@ -126,8 +125,7 @@ int list_cases(const std::vector<const OpCase*>& cases, bool json) {
   }
   size_t width = 4;
   for (const OpCase* c : cases) width = std::max(width, c->name.size());
-  for (const OpCase* c : cases)
-    fmt::print("{:<{}}  {:<28}  {}\n", c->name, width, input_shapes(*c), c->description);
+  for (const OpCase* c : cases) fmt::print("{:<{}}  {:<28}  {}\n", c->name, width, input_shapes(*c), c->description);
   fmt::print("{} cases\n", cases.size());
   return kExitPass;
 }
@@ -136,8 +134,7 @@ int run_cases(const std::vector<const OpCase*>& cases, const Options& options) {
   size_t width = 4;
   for (const OpCase* c : cases) width = std::max(width, c->name.size());
   if (!options.json)
-    fmt::print("{:<{}}  {:<28}  {:>10}  {:>10}  {}\n", "case", width, "inputs", "max |err|",
-               "max rel", "result");
+    fmt::print("{:<{}}  {:<28}  {:>10}  {:>10}  {}\n", "case", width, "inputs", "max |err|", "max rel", "result");
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   int failed = 0;
   for (const OpCase* c : cases) {
@@ -162,22 +159,18 @@ int run_cases(const std::vector<const OpCase*>& cases, const Options& options) {
       results.push_back(std::move(entry));
       continue;
     }
-    fmt::print("{:<{}}  {:<28}  {:>10.2e}  {:>10.2e}  {}\n", c->name, width, input_shapes(*c),
-               r.max_abs_error, r.max_rel_error, r.passed ? "PASS" : "FAIL");
+    fmt::print("{:<{}}  {:<28}  {:>10.2e}  {:>10.2e}  {}\n", c->name, width, input_shapes(*c), r.max_abs_error,
+               r.max_rel_error, r.passed ? "PASS" : "FAIL");
     if (!r.passed) fmt::print("    {}\n", r.message);
     std::fflush(stdout);
   }
   const int total = static_cast<int>(cases.size());
   if (options.json) {
-    nlohmann::ordered_json doc = {{"seed", options.seed},
-                                  {"total", total},
-                                  {"passed", total - failed},
-                                  {"failed", failed},
-                                  {"cases", results}};
+    nlohmann::ordered_json doc = {
+        {"seed", options.seed}, {"total", total}, {"passed", total - failed}, {"failed", failed}, {"cases", results}};
     std::cout << doc.dump(2) << "\n";
   } else {
-    fmt::print("{} cases: {} passed, {} failed (seed {})\n", total, total - failed, failed,
-               options.seed);
+    fmt::print("{} cases: {} passed, {} failed (seed {})\n", total, total - failed, failed, options.seed);
   }
   return failed == 0 ? kExitPass : kExitFail;
 }

@@ -38,8 +38,7 @@ Tensor index_tensor(std::vector<int64_t> values, Dims shape) { return from_vecto
 // to the data inputs x[0..data.size()); x[data.size()..] are the module's parameters.
 template <typename M>
 OpCase module_case(std::string name, std::string description, std::vector<InputSpec> data,
-                   std::function<std::shared_ptr<M>()> build,
-                   std::function<Tensor(const M&, In)> apply) {
+                   std::function<std::shared_ptr<M>()> build, std::function<Tensor(const M&, In)> apply) {
   auto module = std::make_shared<std::shared_ptr<M>>();
   OpCase c;
   c.name = std::move(name);
@@ -47,7 +46,8 @@ OpCase module_case(std::string name, std::string description, std::vector<InputS
   c.inputs = data;
   c.custom_inputs = [module, data, build](uint64_t seed) {
     std::vector<Tensor> inputs;
-    for (size_t i = 0; i < data.size(); ++i) inputs.push_back(make_input(data[i], seed + 0x9E3779B97F4A7C15ull * (i + 1)));
+    for (size_t i = 0; i < data.size(); ++i)
+      inputs.push_back(make_input(data[i], seed + 0x9E3779B97F4A7C15ull * (i + 1)));
     manual_seed(seed & ((1ull << 62) - 1));
     std::shared_ptr<M> m = build();
     m->to(kFloat64);
@@ -81,12 +81,16 @@ nn::TransformerLayerOptions layer_options(bool norm_first) {
 }  // namespace
 
 void add_attention_function_cases(OpCaseRegistry& r) {
-  r.add({"layer_norm", "F::layer_norm over the last dim with weight and bias",
+  r.add({"layer_norm",
+         "F::layer_norm over the last dim with weight and bias",
          {S::uniform({3, 5}, -2.0, 2.0), S::uniform({5}, 0.5, 1.5), S::uniform({5})},
          [](In x) { return F::layer_norm(x[0], x[1], x[2]); }});
-  r.add({"layer_norm_no_affine", "F::layer_norm without weight and bias, 3-D input",
-         {S::uniform({2, 3, 4}, -2.0, 2.0)}, [](In x) { return F::layer_norm(x[0]); }});
-  r.add({"layer_norm_strided", "F::layer_norm of a non-contiguous input",
+  r.add({"layer_norm_no_affine",
+         "F::layer_norm without weight and bias, 3-D input",
+         {S::uniform({2, 3, 4}, -2.0, 2.0)},
+         [](In x) { return F::layer_norm(x[0]); }});
+  r.add({"layer_norm_strided",
+         "F::layer_norm of a non-contiguous input",
          {S::uniform({4, 6}, -2.0, 2.0).strided(), S::uniform({6}, 0.5, 1.5), S::uniform({6})},
          [](In x) { return F::layer_norm(x[0], x[1], x[2]); }});
 
@@ -95,18 +99,16 @@ void add_attention_function_cases(OpCaseRegistry& r) {
          [](In x) { return F::scaled_dot_product_attention_with_weights(x[0], x[1], x[2]).output; }});
   r.add({"sdpa_composed_weights", "the attention weights of the composed path", qkv_specs(1, 2, 3, 4, 4, 2),
          [](In x) { return F::scaled_dot_product_attention_with_weights(x[0], x[1], x[2]).weights; }});
-  r.add({"sdpa_composed_causal_lengths", "composed attention, causal and key lengths",
-         qkv_specs(2, 1, 4, 4, 3, 3), [](In x) {
+  r.add({"sdpa_composed_causal_lengths", "composed attention, causal and key lengths", qkv_specs(2, 1, 4, 4, 3, 3),
+         [](In x) {
            F::AttentionMask mask{.causal = true, .key_lengths = index_tensor({4, 2}, {2})};
            return F::scaled_dot_product_attention_with_weights(x[0], x[1], x[2], mask).output;
          }});
   {
     std::vector<InputSpec> specs = qkv_specs(1, 2, 3, 4, 4, 4);
     specs.push_back(S::uniform({3, 4}));
-    r.add({"sdpa_additive_mask_grad", "an additive float mask that itself needs a gradient (composed path)",
-           specs, [](In x) {
-             return F::scaled_dot_product_attention(x[0], x[1], x[2], {.additive = x[3]});
-           }});
+    r.add({"sdpa_additive_mask_grad", "an additive float mask that itself needs a gradient (composed path)", specs,
+           [](In x) { return F::scaled_dot_product_attention(x[0], x[1], x[2], {.additive = x[3]}); }});
   }
   r.add({"sdpa_default", "F::scaled_dot_product_attention (dispatches to the fused kernel)",
          qkv_specs(2, 2, 3, 5, 4, 3), [](In x) { return F::scaled_dot_product_attention(x[0], x[1], x[2]); }});
@@ -145,11 +147,14 @@ void add_attention_function_cases(OpCaseRegistry& r) {
            manual_seed(11);
            return F::flash_attention(x[0], x[1], x[2], {}, 0.3);
          }});
-  r.add({"flash_attention_transposed_q", "q given as a transposed (non-contiguous) view",
+  r.add({"flash_attention_transposed_q",
+         "q given as a transposed (non-contiguous) view",
          {S::uniform({1, 2, 4, 3}).transposed(), S::uniform({1, 2, 3, 3}), S::uniform({1, 2, 3, 2})},
          [](In x) { return F::flash_attention(x[0], x[1], x[2]); }});
-  r.add({"flash_attention_packed", "self-attention from packed projections (B, T, 3C), 2 heads, causal",
-         {S::uniform({2, 4, 12})}, [](In x) { return F::flash_attention_packed(x[0], 2, {.causal = true}); }});
+  r.add({"flash_attention_packed",
+         "self-attention from packed projections (B, T, 3C), 2 heads, causal",
+         {S::uniform({2, 4, 12})},
+         [](In x) { return F::flash_attention_packed(x[0], 2, {.causal = true}); }});
 }
 
 void add_layer_cases(OpCaseRegistry& r) {
@@ -161,10 +166,11 @@ void add_layer_cases(OpCaseRegistry& r) {
       "layer_linear_no_bias", "nn::Linear without bias", {S::uniform({3, 4})},
       [] { return std::make_shared<Linear>(4, 3, false); }, [](const Linear& m, In x) { return m(x[0]); }));
   r.add(module_case<Embedding>(
-      "layer_embedding", "nn::Embedding (repeated indices accumulate; padding_idx 0 is not looked up, since its "
+      "layer_embedding",
+      "nn::Embedding (repeated indices accumulate; padding_idx 0 is not looked up, since its "
       "row deliberately gets no gradient)",
-      {S::fixed_indices({2, 3}, {2, 3, 1, 3, 4, 2})},
-      [] { return std::make_shared<Embedding>(5, 4, 0); }, [](const Embedding& m, In x) { return m(x[0]); }));
+      {S::fixed_indices({2, 3}, {2, 3, 1, 3, 4, 2})}, [] { return std::make_shared<Embedding>(5, 4, 0); },
+      [](const Embedding& m, In x) { return m(x[0]); }));
   r.add(module_case<LayerNorm>(
       "layer_layer_norm", "nn::LayerNorm(6) with affine parameters", {S::uniform({2, 3, 6}, -2.0, 2.0)},
       [] {
@@ -180,7 +186,8 @@ void add_layer_cases(OpCaseRegistry& r) {
       [] { return std::make_shared<FeedForward>(6, 10, 0.1, Activation::GELU); },
       [](const FeedForward& m, In x) { return m(x[0]); }));
   r.add(module_case<FeedForward>(
-      "layer_feed_forward_relu", "nn::FeedForward with ReLU (inputs away from the kink are not "
+      "layer_feed_forward_relu",
+      "nn::FeedForward with ReLU (inputs away from the kink are not "
       "guaranteed, so the hidden pre-activations are kept positive by a large bias)",
       {S::uniform({3, 4})},
       [] {
@@ -191,8 +198,8 @@ void add_layer_cases(OpCaseRegistry& r) {
       },
       [](const FeedForward& m, In x) { return m(x[0]); }));
   r.add(module_case<LearnedPositionalEmbedding>(
-      "layer_learned_positions", "nn::LearnedPositionalEmbedding rows 2..5, scaled by an input",
-      {S::uniform({3, 4})}, [] { return std::make_shared<LearnedPositionalEmbedding>(8, 4); },
+      "layer_learned_positions", "nn::LearnedPositionalEmbedding rows 2..5, scaled by an input", {S::uniform({3, 4})},
+      [] { return std::make_shared<LearnedPositionalEmbedding>(8, 4); },
       [](const LearnedPositionalEmbedding& m, In x) { return m.forward(3, 2) * x[0]; }));
 
   // Single-head attention with every scale mode.
@@ -202,9 +209,7 @@ void add_layer_cases(OpCaseRegistry& r) {
         name, std::string("nn::ScaledDotProductAttention, scale mode ") + mode + ", causal",
         qkv_specs(2, 1, 4, 4, 4, 3),
         [mode] { return std::make_shared<ScaledDotProductAttention>(4, parse_attention_scale(mode)); },
-        [](const ScaledDotProductAttention& m, In x) {
-          return m.forward(x[0], x[1], x[2], {.causal = true}).output;
-        }));
+        [](const ScaledDotProductAttention& m, In x) { return m.forward(x[0], x[1], x[2], {.causal = true}).output; }));
   }
 
   // Multi-head attention: every projection layout and option.
@@ -270,15 +275,17 @@ void add_layer_cases(OpCaseRegistry& r) {
   for (bool norm_first : {true, false}) {
     const std::string suffix = norm_first ? "pre_ln" : "post_ln";
     r.add(module_case<TransformerEncoderLayer>(
-        "layer_encoder_" + suffix, std::string("nn::TransformerEncoderLayer, ") + (norm_first ? "pre-LN" : "post-LN") +
-                                       ", key padding",
-        {S::uniform({2, 3, 8})}, [norm_first] { return std::make_shared<TransformerEncoderLayer>(layer_options(norm_first)); },
+        "layer_encoder_" + suffix,
+        std::string("nn::TransformerEncoderLayer, ") + (norm_first ? "pre-LN" : "post-LN") + ", key padding",
+        {S::uniform({2, 3, 8})},
+        [norm_first] { return std::make_shared<TransformerEncoderLayer>(layer_options(norm_first)); },
         [](const TransformerEncoderLayer& m, In x) {
           return m.forward(x[0], {.key_lengths = index_tensor({3, 2}, {2})});
         }));
     r.add(module_case<TransformerDecoderLayer>(
-        "layer_decoder_" + suffix, std::string("nn::TransformerDecoderLayer, ") + (norm_first ? "pre-LN" : "post-LN") +
-                                       ", causal self-attention and cross-attention",
+        "layer_decoder_" + suffix,
+        std::string("nn::TransformerDecoderLayer, ") + (norm_first ? "pre-LN" : "post-LN") +
+            ", causal self-attention and cross-attention",
         {S::uniform({2, 3, 8}), S::uniform({2, 4, 8})},
         [norm_first] { return std::make_shared<TransformerDecoderLayer>(layer_options(norm_first)); },
         [](const TransformerDecoderLayer& m, In x) { return m.forward(x[0], x[1], {.causal = true}); }));
@@ -303,7 +310,9 @@ void add_layer_cases(OpCaseRegistry& r) {
         [](const TransformerLM& m, In x) { return F::log_softmax(m(x[0]), -1); }));
   }
   r.add(module_case<Transformer>(
-      "layer_transformer_seq2seq", "nn::Transformer (1+1 layers, d 8, learned positions, tied output, padded source; the target avoids the pad token, whose embedding row deliberately gets no gradient)",
+      "layer_transformer_seq2seq",
+      "nn::Transformer (1+1 layers, d 8, learned positions, tied output, padded source; the target avoids the pad "
+      "token, whose embedding row deliberately gets no gradient)",
       {S::fixed_indices({2, 4}, {4, 5, 6, 0, 7, 8, 0, 0}), S::fixed_indices({2, 3}, {1, 5, 9, 1, 6, 2})},
       [] {
         TransformerOptions o;

@@ -49,11 +49,10 @@ std::vector<double> uniform_values(const InputSpec& spec, int64_t n, SplitMix64&
     bool ok = false;
     for (int attempt = 0; attempt < 10000 && !ok; ++attempt) {
       x = spec.low + (spec.high - spec.low) * rng.uniform01();
-      ok = std::all_of(spec.kinks.begin(), spec.kinks.end(),
-                       [&](double k) { return std::fabs(x - k) >= spec.margin; });
+      ok = std::all_of(spec.kinks.begin(), spec.kinks.end(), [&](double k) { return std::fabs(x - k) >= spec.margin; });
     }
-    HEED_CHECK(ok, "op_cases", "cannot draw values in [{}, {}) at least {} away from the kinks {}",
-               spec.low, spec.high, spec.margin, fmt::join(spec.kinks, ", "));
+    HEED_CHECK(ok, "op_cases", "cannot draw values in [{}, {}) at least {} away from the kinks {}", spec.low, spec.high,
+               spec.margin, fmt::join(spec.kinks, ", "));
   }
   return v;
 }
@@ -64,12 +63,10 @@ std::vector<double> distinct_values(const InputSpec& spec, int64_t n, SplitMix64
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
   for (int64_t i = n - 1; i > 0; --i)
-    std::swap(order[static_cast<size_t>(i)],
-              order[static_cast<size_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
-    v[static_cast<size_t>(i)] =
-        (static_cast<double>(order[static_cast<size_t>(i)] - n / 2) + spec.offset) * spec.step;
+    v[static_cast<size_t>(i)] = (static_cast<double>(order[static_cast<size_t>(i)] - n / 2) + spec.offset) * spec.step;
   return v;
 }
 
@@ -115,11 +112,8 @@ InputSpec InputSpec::uniform(Dims shape, double low, double high) {
   s.high = high;
   return s;
 }
-InputSpec InputSpec::positive(Dims shape, double low, double high) {
-  return uniform(shape, low, high);
-}
-InputSpec InputSpec::away_from(Dims shape, std::vector<double> kinks, double margin, double low,
-                               double high) {
+InputSpec InputSpec::positive(Dims shape, double low, double high) { return uniform(shape, low, high); }
+InputSpec InputSpec::away_from(Dims shape, std::vector<double> kinks, double margin, double low, double high) {
   InputSpec s = uniform(shape, low, high);
   s.kinks = std::move(kinks);
   s.margin = margin;
@@ -198,8 +192,7 @@ Tensor make_input(const InputSpec& spec, uint64_t seed) {
         const auto low = static_cast<int64_t>(spec.low), high = static_cast<int64_t>(spec.high);
         HEED_CHECK(low < high || n == 0, "op_cases", "empty index range [{}, {})", low, high);
         v.resize(static_cast<size_t>(n));
-        for (int64_t& x : v)
-          x = low + static_cast<int64_t>(rng.next() % static_cast<uint64_t>(high - low));
+        for (int64_t& x : v) x = low + static_cast<int64_t>(rng.next() % static_cast<uint64_t>(high - low));
       }
       logical = from_vector(v, spec.shape);
       break;
@@ -262,8 +255,7 @@ OpCaseRegistry& OpCaseRegistry::global() {
 
 void OpCaseRegistry::add(OpCase op_case) {
   HEED_CHECK(!op_case.name.empty(), "op_cases", "a case needs a name");
-  HEED_CHECK(find(op_case.name) == nullptr, "op_cases", "a case named '{}' is already registered",
-             op_case.name);
+  HEED_CHECK(find(op_case.name) == nullptr, "op_cases", "a case named '{}' is already registered", op_case.name);
   HEED_CHECK(!op_case.inputs.empty() || op_case.custom_inputs, "op_cases", "case '{}' has no inputs", op_case.name);
   HEED_CHECK(static_cast<bool>(op_case.fn), "op_cases", "case '{}' has no function", op_case.name);
   cases_.push_back(std::move(op_case));
@@ -284,9 +276,7 @@ std::vector<const OpCase*> OpCaseRegistry::select(std::string_view pattern) cons
 }
 
 const std::vector<OpCase>& all_cases() { return OpCaseRegistry::global().cases(); }
-std::vector<const OpCase*> select_cases(std::string_view pattern) {
-  return OpCaseRegistry::global().select(pattern);
-}
+std::vector<const OpCase*> select_cases(std::string_view pattern) { return OpCaseRegistry::global().select(pattern); }
 
 // ---- the built-in cases ---------------------------------------------------------------------
 
@@ -304,40 +294,29 @@ Tensor bool_mask(const std::vector<int>& bits, const Dims& shape) {
 
 void add_elementwise_cases(OpCaseRegistry& r) {
   // binary arithmetic
-  r.add({"add", "a + b, same shapes", {S::uniform({3, 4}), S::uniform({3, 4})}, [](In x) {
-           return add(x[0], x[1]);
-         }});
+  r.add({"add", "a + b, same shapes", {S::uniform({3, 4}), S::uniform({3, 4})}, [](In x) { return add(x[0], x[1]); }});
   r.add({"add_broadcast",
          "a + b, b broadcast over a leading dim and a size-1 dim",
          {S::uniform({2, 3, 4}), S::uniform({3, 1})},
          [](In x) { return x[0] + x[1]; }});
-  r.add({"add_broadcast_both",
-         "a + b, both operands broadcast",
-         {S::uniform({4, 1, 3}), S::uniform({2, 1})},
-         [](In x) { return x[0] + x[1]; }});
-  r.add({"add_alpha",
-         "add(a, b, alpha = -2.5) with b broadcast",
-         {S::uniform({3, 4}), S::uniform({4})},
-         [](In x) { return add(x[0], x[1], -2.5); }});
+  r.add({"add_broadcast_both", "a + b, both operands broadcast", {S::uniform({4, 1, 3}), S::uniform({2, 1})}, [](In x) {
+           return x[0] + x[1];
+         }});
+  r.add({"add_alpha", "add(a, b, alpha = -2.5) with b broadcast", {S::uniform({3, 4}), S::uniform({4})}, [](In x) {
+           return add(x[0], x[1], -2.5);
+         }});
   r.add({"add_noncontiguous",
          "a + b, a transposed and b strided in memory",
          {S::uniform({3, 4}).transposed(), S::uniform({3, 4}).strided()},
          [](In x) { return x[0] + x[1]; }});
   r.add({"add_scalar", "x + 1.5", {S::uniform({3, 4})}, [](In x) { return x[0] + 1.5; }});
-  r.add({"sub", "a - b", {S::uniform({3, 4}), S::uniform({3, 4})}, [](In x) {
-           return sub(x[0], x[1]);
+  r.add({"sub", "a - b", {S::uniform({3, 4}), S::uniform({3, 4})}, [](In x) { return sub(x[0], x[1]); }});
+  r.add({"sub_broadcast", "a - b, both operands broadcast", {S::uniform({2, 1, 4}), S::uniform({3, 1})}, [](In x) {
+           return x[0] - x[1];
          }});
-  r.add({"sub_broadcast",
-         "a - b, both operands broadcast",
-         {S::uniform({2, 1, 4}), S::uniform({3, 1})},
-         [](In x) { return x[0] - x[1]; }});
   r.add({"sub_scalar", "x - 0.75", {S::uniform({3, 4})}, [](In x) { return x[0] - 0.75; }});
-  r.add({"rsub_scalar", "2 - x (rsub_scalar)", {S::uniform({3, 4})}, [](In x) {
-           return rsub_scalar(x[0], 2.0);
-         }});
-  r.add({"mul", "a * b", {S::uniform({3, 4}), S::uniform({3, 4})}, [](In x) {
-           return mul(x[0], x[1]);
-         }});
+  r.add({"rsub_scalar", "2 - x (rsub_scalar)", {S::uniform({3, 4})}, [](In x) { return rsub_scalar(x[0], 2.0); }});
+  r.add({"mul", "a * b", {S::uniform({3, 4}), S::uniform({3, 4})}, [](In x) { return mul(x[0], x[1]); }});
   r.add({"mul_broadcast",
          "a * b, b broadcast over the middle dim",
          {S::uniform({2, 3, 4}), S::uniform({2, 1, 4})},
@@ -346,55 +325,43 @@ void add_elementwise_cases(OpCaseRegistry& r) {
          "a * b, a strided and b transposed in memory",
          {S::uniform({4, 3}).strided(), S::uniform({4, 3}).transposed()},
          [](In x) { return x[0] * x[1]; }});
-  r.add({"mul_same_input",
-         "x * x (one input used twice: gradients accumulate)",
-         {S::uniform({3, 4})},
-         [](In x) { return x[0] * x[0]; }});
+  r.add({"mul_same_input", "x * x (one input used twice: gradients accumulate)", {S::uniform({3, 4})}, [](In x) {
+           return x[0] * x[0];
+         }});
   r.add({"mul_scalar", "x * -3 and 0.5 * x", {S::uniform({3, 4})}, [](In x) {
            return mul_scalar(x[0], -3.0) + 0.5 * x[0];
          }});
-  r.add({"div",
-         "a / b, b away from 0",
-         {S::uniform({3, 4}), S::away_from({3, 4}, {0.0}, 0.5, -2.0, 2.0)},
-         [](In x) { return div(x[0], x[1]); }});
+  r.add({"div", "a / b, b away from 0", {S::uniform({3, 4}), S::away_from({3, 4}, {0.0}, 0.5, -2.0, 2.0)}, [](In x) {
+           return div(x[0], x[1]);
+         }});
   r.add({"div_broadcast",
          "a / b, both broadcast, b away from 0",
          {S::uniform({3, 1}), S::away_from({2, 1, 4}, {0.0}, 0.5, -2.0, 2.0)},
          [](In x) { return x[0] / x[1]; }});
   r.add({"div_scalar", "x / 4", {S::uniform({3, 4})}, [](In x) { return x[0] / 4.0; }});
-  r.add({"rdiv_scalar",
-         "2 / x, x away from 0",
-         {S::away_from({3, 4}, {0.0}, 0.5, -2.0, 2.0)},
-         [](In x) { return 2.0 / x[0]; }});
+  r.add({"rdiv_scalar", "2 / x, x away from 0", {S::away_from({3, 4}, {0.0}, 0.5, -2.0, 2.0)}, [](In x) {
+           return 2.0 / x[0];
+         }});
 
   // unary
   r.add({"neg", "-x", {S::uniform({3, 4})}, [](In x) { return neg(x[0]); }});
-  r.add({"neg_strided", "-x of a strided input", {S::uniform({3, 4}).strided()}, [](In x) {
-           return -x[0];
-         }});
+  r.add({"neg_strided", "-x of a strided input", {S::uniform({3, 4}).strided()}, [](In x) { return -x[0]; }});
   r.add({"exp", "exp(x)", {S::uniform({3, 4}, -2.0, 2.0)}, [](In x) { return exp(x[0]); }});
-  r.add({"exp_transposed",
-         "exp(x) of a transposed input",
-         {S::uniform({3, 4}, -2.0, 2.0).transposed()},
-         [](In x) { return x[0].exp(); }});
+  r.add({"exp_transposed", "exp(x) of a transposed input", {S::uniform({3, 4}, -2.0, 2.0).transposed()}, [](In x) {
+           return x[0].exp();
+         }});
   r.add({"log", "log(x), x > 0", {S::positive({3, 4})}, [](In x) { return log(x[0]); }});
   r.add({"sqrt", "sqrt(x), x > 0", {S::positive({3, 4})}, [](In x) { return sqrt(x[0]); }});
   r.add({"rsqrt", "1/sqrt(x), x > 0", {S::positive({3, 4})}, [](In x) { return rsqrt(x[0]); }});
   r.add({"pow_scalar", "x^2.5, x > 0", {S::positive({3, 4})}, [](In x) { return pow(x[0], 2.5); }});
-  r.add({"pow_scalar_negative", "x^-1.5, x > 0", {S::positive({3, 4})}, [](In x) {
-           return pow(x[0], -1.5);
+  r.add({"pow_scalar_negative", "x^-1.5, x > 0", {S::positive({3, 4})}, [](In x) { return pow(x[0], -1.5); }});
+  r.add({"pow_scalar_square", "x^2 (the squared fast path), any sign", {S::uniform({3, 4})}, [](In x) {
+           return pow(x[0], 2.0);
          }});
-  r.add({"pow_scalar_square",
-         "x^2 (the squared fast path), any sign",
-         {S::uniform({3, 4})},
-         [](In x) { return pow(x[0], 2.0); }});
-  r.add({"pow_scalar_cube", "x^3 with negative bases", {S::uniform({3, 4})}, [](In x) {
-           return x[0].pow(3.0);
+  r.add({"pow_scalar_cube", "x^3 with negative bases", {S::uniform({3, 4})}, [](In x) { return x[0].pow(3.0); }});
+  r.add({"pow_tensor", "a^b, a > 0", {S::positive({3, 4}), S::uniform({3, 4}, -2.0, 2.0)}, [](In x) {
+           return pow(x[0], x[1]);
          }});
-  r.add(
-      {"pow_tensor", "a^b, a > 0", {S::positive({3, 4}), S::uniform({3, 4}, -2.0, 2.0)}, [](In x) {
-         return pow(x[0], x[1]);
-       }});
   r.add({"pow_tensor_broadcast",
          "a^b, a > 0, b broadcast",
          {S::positive({2, 3, 4}), S::uniform({4}, -2.0, 2.0)},
@@ -403,65 +370,51 @@ void add_elementwise_cases(OpCaseRegistry& r) {
          "a^b with b not requiring grad",
          {S::positive({3, 4}), S::uniform({3, 4}, -2.0, 2.0).no_grad()},
          [](In x) { return x[0].pow(x[1]); }});
-  r.add(
-      {"abs", "|x|, x away from 0", {S::away_from({3, 4}, {0.0})}, [](In x) { return abs(x[0]); }});
-  r.add({"sign", "sign(x): zero gradient", {S::away_from({3, 4}, {0.0})}, [](In x) {
-           return sign(x[0]);
-         }});
-  r.add({"relu", "relu(x), x away from 0", {S::away_from({3, 4}, {0.0})}, [](In x) {
-           return relu(x[0]);
-         }});
+  r.add({"abs", "|x|, x away from 0", {S::away_from({3, 4}, {0.0})}, [](In x) { return abs(x[0]); }});
+  r.add({"sign", "sign(x): zero gradient", {S::away_from({3, 4}, {0.0})}, [](In x) { return sign(x[0]); }});
+  r.add({"relu", "relu(x), x away from 0", {S::away_from({3, 4}, {0.0})}, [](In x) { return relu(x[0]); }});
   r.add({"relu_transposed",
          "relu(x) of a transposed input, x away from 0",
          {S::away_from({3, 4}, {0.0}).transposed()},
          [](In x) { return F::relu(x[0]); }});
-  r.add({"gelu", "gelu(x), exact (erf) form", {S::uniform({3, 4}, -3.0, 3.0)}, [](In x) {
-           return gelu(x[0]);
-         }});
+  r.add({"gelu", "gelu(x), exact (erf) form", {S::uniform({3, 4}, -3.0, 3.0)}, [](In x) { return gelu(x[0]); }});
   r.add({"gelu_tanh", "gelu(x), tanh approximation", {S::uniform({3, 4}, -3.0, 3.0)}, [](In x) {
            return F::gelu(x[0], GeluApproximation::Tanh);
          }});
-  r.add({"gelu_strided",
-         "gelu(x) of a strided input",
-         {S::uniform({3, 4}, -3.0, 3.0).strided()},
-         [](In x) { return F::gelu(x[0]); }});
-  r.add({"tanh", "tanh(x)", {S::uniform({3, 4}, -3.0, 3.0)}, [](In x) { return tanh(x[0]); }});
-  r.add({"sigmoid", "sigmoid(x)", {S::uniform({3, 4}, -4.0, 4.0)}, [](In x) {
-           return sigmoid(x[0]);
+  r.add({"gelu_strided", "gelu(x) of a strided input", {S::uniform({3, 4}, -3.0, 3.0).strided()}, [](In x) {
+           return F::gelu(x[0]);
          }});
+  r.add({"tanh", "tanh(x)", {S::uniform({3, 4}, -3.0, 3.0)}, [](In x) { return tanh(x[0]); }});
+  r.add({"sigmoid", "sigmoid(x)", {S::uniform({3, 4}, -4.0, 4.0)}, [](In x) { return sigmoid(x[0]); }});
   r.add({"clamp",
          "clamp(x, -0.5, 0.7), x away from the bounds",
          {S::away_from({4, 5}, {-0.5, 0.7}, 0.05, -1.5, 1.5)},
          [](In x) { return clamp(x[0], -0.5, 0.7); }});
   r.add({"square", "square(x)", {S::uniform({3, 4})}, [](In x) { return square(x[0]); }});
-  r.add({"maximum",
-         "maximum(a, b), no ties",
-         {S::distinct({3, 4}), S::distinct({3, 4}, 0.5)},
-         [](In x) { return maximum(x[0], x[1]); }});
+  r.add({"maximum", "maximum(a, b), no ties", {S::distinct({3, 4}), S::distinct({3, 4}, 0.5)}, [](In x) {
+           return maximum(x[0], x[1]);
+         }});
   r.add({"maximum_broadcast",
          "maximum(a, b), b broadcast, no ties",
          {S::distinct({2, 3, 4}), S::distinct({3, 1}, 0.5)},
          [](In x) { return maximum(x[0], x[1]); }});
-  r.add({"minimum",
-         "minimum(a, b), no ties",
-         {S::distinct({3, 4}), S::distinct({3, 4}, 0.5)},
-         [](In x) { return minimum(x[0], x[1]); }});
+  r.add({"minimum", "minimum(a, b), no ties", {S::distinct({3, 4}), S::distinct({3, 4}, 0.5)}, [](In x) {
+           return minimum(x[0], x[1]);
+         }});
   r.add({"minimum_broadcast",
          "minimum(a, b), a broadcast, no ties",
          {S::distinct({4}), S::distinct({3, 4}, 0.5)},
          [](In x) { return minimum(x[0], x[1]); }});
-  r.add({"where",
-         "where(cond, a, b)",
-         {S::mask({3, 4}), S::uniform({3, 4}), S::uniform({3, 4})},
-         [](In x) { return where(x[0], x[1], x[2]); }});
+  r.add({"where", "where(cond, a, b)", {S::mask({3, 4}), S::uniform({3, 4}), S::uniform({3, 4})}, [](In x) {
+           return where(x[0], x[1], x[2]);
+         }});
   r.add({"where_broadcast",
          "where(cond, a, b), all three broadcast",
          {S::mask({3, 1}), S::uniform({2, 3, 4}), S::uniform({4})},
          [](In x) { return where(x[0], x[1], x[2]); }});
-  r.add(
-      {"masked_fill", "masked_fill(x, mask, -7)", {S::uniform({3, 4}), S::mask({3, 4})}, [](In x) {
-         return masked_fill(x[0], x[1], -7.0);
-       }});
+  r.add({"masked_fill", "masked_fill(x, mask, -7)", {S::uniform({3, 4}), S::mask({3, 4})}, [](In x) {
+           return masked_fill(x[0], x[1], -7.0);
+         }});
   r.add({"masked_fill_broadcast",
          "masked_fill with a mask broadcast over rows",
          {S::uniform({2, 3, 4}), S::mask({3, 1})},
@@ -470,67 +423,46 @@ void add_elementwise_cases(OpCaseRegistry& r) {
 
 void add_reduce_cases(OpCaseRegistry& r) {
   r.add({"sum_all", "sum of every element", {S::uniform({3, 4})}, [](In x) { return sum(x[0]); }});
-  r.add(
-      {"sum_dim", "sum over dim 1", {S::uniform({2, 3, 4})}, [](In x) { return sum(x[0], {1}); }});
+  r.add({"sum_dim", "sum over dim 1", {S::uniform({2, 3, 4})}, [](In x) { return sum(x[0], {1}); }});
   r.add({"sum_dims_keepdim", "sum over dims 0 and 2, keepdim", {S::uniform({2, 3, 4})}, [](In x) {
            return sum(x[0], {0, 2}, true);
          }});
-  r.add({"sum_negative_dim", "sum over dim -1", {S::uniform({2, 3, 4})}, [](In x) {
-           return x[0].sum({-1});
+  r.add({"sum_negative_dim", "sum over dim -1", {S::uniform({2, 3, 4})}, [](In x) { return x[0].sum({-1}); }});
+  r.add({"sum_transposed", "sum over dim 0 of a transposed input", {S::uniform({3, 4}).transposed()}, [](In x) {
+           return sum(x[0], {0});
          }});
-  r.add({"sum_transposed",
-         "sum over dim 0 of a transposed input",
-         {S::uniform({3, 4}).transposed()},
-         [](In x) { return sum(x[0], {0}); }});
   r.add({"sum_to", "sum_to a broadcast-compatible shape", {S::uniform({2, 3, 4})}, [](In x) {
            return sum_to(x[0], {3, 1});
          }});
-  r.add(
-      {"mean_all", "mean of every element", {S::uniform({3, 4})}, [](In x) { return mean(x[0]); }});
-  r.add(
-      {"mean_dim", "mean over dim 0", {S::uniform({3, 4})}, [](In x) { return mean(x[0], {0}); }});
+  r.add({"mean_all", "mean of every element", {S::uniform({3, 4})}, [](In x) { return mean(x[0]); }});
+  r.add({"mean_dim", "mean over dim 0", {S::uniform({3, 4})}, [](In x) { return mean(x[0], {0}); }});
   r.add({"mean_keepdim", "mean over dims 1 and 2, keepdim", {S::uniform({2, 3, 4})}, [](In x) {
            return x[0].mean({1, 2}, true);
          }});
-  r.add({"mean_strided",
-         "mean over dim 1 of a strided input",
-         {S::uniform({3, 4}).strided()},
-         [](In x) { return mean(x[0], {1}); }});
-  r.add({"var_dim", "unbiased variance over dim 1", {S::uniform({3, 5})}, [](In x) {
-           return var(x[0], {1});
+  r.add({"mean_strided", "mean over dim 1 of a strided input", {S::uniform({3, 4}).strided()}, [](In x) {
+           return mean(x[0], {1});
          }});
-  r.add({"var_all", "unbiased variance of every element", {S::uniform({3, 4})}, [](In x) {
-           return var(x[0], {});
-         }});
+  r.add({"var_dim", "unbiased variance over dim 1", {S::uniform({3, 5})}, [](In x) { return var(x[0], {1}); }});
+  r.add({"var_all", "unbiased variance of every element", {S::uniform({3, 4})}, [](In x) { return var(x[0], {}); }});
   r.add({"var_population_keepdim",
          "population variance (correction 0) over dims 0, 2, keepdim",
          {S::uniform({2, 3, 4})},
          [](In x) {
            return x[0].var({0, 2}, true, 0.0);
          }});
-  r.add({"var_transposed",
-         "variance over dim 0 of a transposed input",
-         {S::uniform({4, 3}).transposed()},
-         [](In x) { return var(x[0], {0}); }});
-  r.add({"max_all", "largest element, no ties", {S::distinct({3, 4})}, [](In x) {
-           return max(x[0]);
+  r.add({"var_transposed", "variance over dim 0 of a transposed input", {S::uniform({4, 3}).transposed()}, [](In x) {
+           return var(x[0], {0});
          }});
-  r.add({"min_all", "smallest element, no ties", {S::distinct({3, 4})}, [](In x) {
-           return x[0].min();
-         }});
-  r.add({"max_dim", "max over dim 1 (values)", {S::distinct({2, 3, 4})}, [](In x) {
-           return max(x[0], 1).values;
-         }});
+  r.add({"max_all", "largest element, no ties", {S::distinct({3, 4})}, [](In x) { return max(x[0]); }});
+  r.add({"min_all", "smallest element, no ties", {S::distinct({3, 4})}, [](In x) { return x[0].min(); }});
+  r.add({"max_dim", "max over dim 1 (values)", {S::distinct({2, 3, 4})}, [](In x) { return max(x[0], 1).values; }});
   r.add({"max_dim_keepdim", "max over dim 0, keepdim (values)", {S::distinct({3, 4})}, [](In x) {
            return max(x[0], 0, true).values;
          }});
-  r.add({"max_dim_transposed",
-         "max over dim 1 of a transposed input",
-         {S::distinct({3, 4}).transposed()},
-         [](In x) { return max(x[0], 1).values; }});
-  r.add({"min_dim", "min over dim -1 (values)", {S::distinct({2, 3, 4})}, [](In x) {
-           return min(x[0], -1).values;
+  r.add({"max_dim_transposed", "max over dim 1 of a transposed input", {S::distinct({3, 4}).transposed()}, [](In x) {
+           return max(x[0], 1).values;
          }});
+  r.add({"min_dim", "min over dim -1 (values)", {S::distinct({2, 3, 4})}, [](In x) { return min(x[0], -1).values; }});
   r.add({"min_dim_keepdim", "min over dim 1, keepdim (values)", {S::distinct({3, 4})}, [](In x) {
            return min(x[0], 1, true).values;
          }});
@@ -540,19 +472,16 @@ void add_matmul_cases(OpCaseRegistry& r) {
   r.add({"matmul_1d", "dot product (4) @ (4)", {S::uniform({4}), S::uniform({4})}, [](In x) {
            return matmul(x[0], x[1]);
          }});
-  r.add({"matmul_1d_2d", "(4) @ (4, 3)", {S::uniform({4}), S::uniform({4, 3})}, [](In x) {
-           return matmul(x[0], x[1]);
-         }});
-  r.add({"matmul_2d_1d", "(3, 4) @ (4)", {S::uniform({3, 4}), S::uniform({4})}, [](In x) {
-           return matmul(x[0], x[1]);
-         }});
+  r.add(
+      {"matmul_1d_2d", "(4) @ (4, 3)", {S::uniform({4}), S::uniform({4, 3})}, [](In x) { return matmul(x[0], x[1]); }});
+  r.add(
+      {"matmul_2d_1d", "(3, 4) @ (4)", {S::uniform({3, 4}), S::uniform({4})}, [](In x) { return matmul(x[0], x[1]); }});
   r.add({"matmul_2d", "(3, 4) @ (4, 5)", {S::uniform({3, 4}), S::uniform({4, 5})}, [](In x) {
            return matmul(x[0], x[1]);
          }});
-  r.add({"matmul_batched",
-         "(2, 3, 4) @ (2, 4, 5)",
-         {S::uniform({2, 3, 4}), S::uniform({2, 4, 5})},
-         [](In x) { return matmul(x[0], x[1]); }});
+  r.add({"matmul_batched", "(2, 3, 4) @ (2, 4, 5)", {S::uniform({2, 3, 4}), S::uniform({2, 4, 5})}, [](In x) {
+           return matmul(x[0], x[1]);
+         }});
   r.add({"matmul_batched_broadcast",
          "(2, 1, 3, 4) @ (3, 4, 2): batch dims broadcast",
          {S::uniform({2, 1, 3, 4}), S::uniform({3, 4, 2})},
@@ -561,18 +490,15 @@ void add_matmul_cases(OpCaseRegistry& r) {
          "(2, 3, 4) @ (4, 5): one gemm over the flattened rows",
          {S::uniform({2, 3, 4}), S::uniform({4, 5})},
          [](In x) { return x[0].matmul(x[1]); }});
-  r.add({"matmul_2d_batched",
-         "(3, 4) @ (2, 4, 5)",
-         {S::uniform({3, 4}), S::uniform({2, 4, 5})},
-         [](In x) { return matmul(x[0], x[1]); }});
-  r.add(
-      {"matmul_1d_batched", "(4) @ (2, 4, 3)", {S::uniform({4}), S::uniform({2, 4, 3})}, [](In x) {
-         return matmul(x[0], x[1]);
-       }});
-  r.add(
-      {"matmul_batched_1d", "(2, 3, 4) @ (4)", {S::uniform({2, 3, 4}), S::uniform({4})}, [](In x) {
-         return matmul(x[0], x[1]);
-       }});
+  r.add({"matmul_2d_batched", "(3, 4) @ (2, 4, 5)", {S::uniform({3, 4}), S::uniform({2, 4, 5})}, [](In x) {
+           return matmul(x[0], x[1]);
+         }});
+  r.add({"matmul_1d_batched", "(4) @ (2, 4, 3)", {S::uniform({4}), S::uniform({2, 4, 3})}, [](In x) {
+           return matmul(x[0], x[1]);
+         }});
+  r.add({"matmul_batched_1d", "(2, 3, 4) @ (4)", {S::uniform({2, 3, 4}), S::uniform({4})}, [](In x) {
+           return matmul(x[0], x[1]);
+         }});
   r.add({"matmul_transposed",
          "(3, 4) @ (4, 5), both stored transposed (BLAS trans flags)",
          {S::uniform({3, 4}).transposed(), S::uniform({4, 5}).transposed()},
@@ -592,16 +518,14 @@ void add_matmul_cases(OpCaseRegistry& r) {
 }
 
 void add_nn_function_cases(OpCaseRegistry& r) {
-  r.add({"softmax", "softmax over the last dim", {S::uniform({3, 5}, -2.0, 2.0)}, [](In x) {
-           return F::softmax(x[0]);
-         }});
+  r.add(
+      {"softmax", "softmax over the last dim", {S::uniform({3, 5}, -2.0, 2.0)}, [](In x) { return F::softmax(x[0]); }});
   r.add({"softmax_dim0", "softmax over dim 0", {S::uniform({4, 3}, -2.0, 2.0)}, [](In x) {
            return F::softmax(x[0], 0);
          }});
-  r.add({"softmax_dim1_3d",
-         "softmax over the middle dim of a 3-D input",
-         {S::uniform({2, 3, 4}, -2.0, 2.0)},
-         [](In x) { return x[0].softmax(1); }});
+  r.add({"softmax_dim1_3d", "softmax over the middle dim of a 3-D input", {S::uniform({2, 3, 4}, -2.0, 2.0)}, [](In x) {
+           return x[0].softmax(1);
+         }});
   r.add({"softmax_transposed",
          "softmax over the last dim of a transposed input",
          {S::uniform({3, 5}, -2.0, 2.0).transposed()},
@@ -643,33 +567,27 @@ void add_nn_function_cases(OpCaseRegistry& r) {
   r.add({"cross_entropy_3d_smoothing_ignore",
          "(B, T, C) cross_entropy, smoothing 0.2, custom ignore_index 2",
          {S::uniform({2, 3, 5}, -2.0, 2.0), S::fixed_indices({2, 3}, {2, 0, 4, 1, 2, 3})},
-         [](In x) {
-           return F::cross_entropy(x[0], x[1], {.ignore_index = 2, .label_smoothing = 0.2});
-         }});
+         [](In x) { return F::cross_entropy(x[0], x[1], {.ignore_index = 2, .label_smoothing = 0.2}); }});
   r.add({"cross_entropy_transposed",
          "cross_entropy of transposed logits",
          {S::uniform({4, 5}, -2.0, 2.0).transposed(), S::indices({4}, 0, 5)},
          [](In x) { return F::cross_entropy(x[0], x[1]); }});
-  r.add({"linear",
-         "x @ W^T + b",
-         {S::uniform({3, 4}), S::uniform({5, 4}), S::uniform({5})},
-         [](In x) { return F::linear(x[0], x[1], x[2]); }});
-  r.add({"linear_no_bias_1d",
-         "x @ W^T for a 1-D x, no bias",
-         {S::uniform({4}), S::uniform({3, 4})},
-         [](In x) { return F::linear(x[0], x[1]); }});
-  r.add({"linear_3d",
-         "(B, T, in) @ W^T + b",
-         {S::uniform({2, 3, 4}), S::uniform({5, 4}), S::uniform({5})},
-         [](In x) { return F::linear(x[0], x[1], x[2]); }});
+  r.add({"linear", "x @ W^T + b", {S::uniform({3, 4}), S::uniform({5, 4}), S::uniform({5})}, [](In x) {
+           return F::linear(x[0], x[1], x[2]);
+         }});
+  r.add({"linear_no_bias_1d", "x @ W^T for a 1-D x, no bias", {S::uniform({4}), S::uniform({3, 4})}, [](In x) {
+           return F::linear(x[0], x[1]);
+         }});
+  r.add({"linear_3d", "(B, T, in) @ W^T + b", {S::uniform({2, 3, 4}), S::uniform({5, 4}), S::uniform({5})}, [](In x) {
+           return F::linear(x[0], x[1], x[2]);
+         }});
   r.add({"embedding",
          "rows of a (6, 3) table picked by (2, 4) indices with repeats",
          {S::uniform({6, 3}), S::fixed_indices({2, 4}, {0, 5, 2, 2, 1, 0, 5, 3})},
          [](In x) { return F::embedding(x[0], x[1]); }});
-  r.add({"embedding_1d",
-         "rows picked by random 1-D indices",
-         {S::uniform({6, 3}), S::indices({7}, 0, 6)},
-         [](In x) { return F::embedding(x[0], x[1]); }});
+  r.add({"embedding_1d", "rows picked by random 1-D indices", {S::uniform({6, 3}), S::indices({7}, 0, 6)}, [](In x) {
+           return F::embedding(x[0], x[1]);
+         }});
   r.add({"dropout",
          "dropout p=0.3 in training, reseeded so every call sees the same mask",
          {S::uniform({4, 5})},
@@ -696,14 +614,12 @@ void add_shape_cases(OpCaseRegistry& r) {
          "index_select on a transposed input",
          {S::uniform({4, 5}).transposed(), S::fixed_indices({3}, {3, 1, 3})},
          [](In x) { return index_select(x[0], 1, x[1]); }});
-  r.add({"gather_dim1",
-         "gather along dim 1",
-         {S::uniform({3, 4}), S::indices({3, 6}, 0, 4)},
-         [](In x) { return gather(x[0], 1, x[1]); }});
-  r.add({"gather_dim0",
-         "gather along dim 0",
-         {S::uniform({4, 3}), S::indices({2, 3}, 0, 4)},
-         [](In x) { return gather(x[0], 0, x[1]); }});
+  r.add({"gather_dim1", "gather along dim 1", {S::uniform({3, 4}), S::indices({3, 6}, 0, 4)}, [](In x) {
+           return gather(x[0], 1, x[1]);
+         }});
+  r.add({"gather_dim0", "gather along dim 0", {S::uniform({4, 3}), S::indices({2, 3}, 0, 4)}, [](In x) {
+           return gather(x[0], 0, x[1]);
+         }});
   r.add({"gather_3d_strided",
          "gather along the middle dim of a strided 3-D input",
          {S::uniform({2, 4, 3}).strided(), S::indices({2, 5, 3}, 0, 4)},
@@ -731,16 +647,10 @@ void add_shape_cases(OpCaseRegistry& r) {
          [](In x) {
            return stack({x[0], x[1], x[2]}, 0);
          }});
-  r.add({"stack_last",
-         "stack along a new last dim",
-         {S::uniform({2, 3}), S::uniform({2, 3})},
-         [](In x) {
+  r.add({"stack_last", "stack along a new last dim", {S::uniform({2, 3}), S::uniform({2, 3})}, [](In x) {
            return stack({x[0], x[1]}, 2);
          }});
-  r.add({"split",
-         "split(3) along dim 1, pieces scaled and re-joined in another order",
-         {S::uniform({3, 7})},
-         [](In x) {
+  r.add({"split", "split(3) along dim 1, pieces scaled and re-joined in another order", {S::uniform({3, 7})}, [](In x) {
            std::vector<Tensor> parts = split(x[0], 3, 1);  // widths 3, 3, 1
            return cat({parts[2] * 3.0, parts[0], parts[1] * -2.0}, 1);
          }});
@@ -754,63 +664,35 @@ void add_shape_cases(OpCaseRegistry& r) {
          }});
 
   // views
-  r.add({"view", "view (3, 4) as (2, -1)", {S::uniform({3, 4})}, [](In x) {
-           return x[0].view({2, -1});
+  r.add({"view", "view (3, 4) as (2, -1)", {S::uniform({3, 4})}, [](In x) { return x[0].view({2, -1}); }});
+  r.add({"reshape", "reshape (2, 3, 4) to (4, 6)", {S::uniform({2, 3, 4})}, [](In x) { return x[0].reshape({4, 6}); }});
+  r.add({"reshape_copy", "reshape of a transposed input (needs a copy)", {S::uniform({3, 4}).transposed()}, [](In x) {
+           return x[0].reshape({12});
          }});
-  r.add({"reshape", "reshape (2, 3, 4) to (4, 6)", {S::uniform({2, 3, 4})}, [](In x) {
-           return x[0].reshape({4, 6});
-         }});
-  r.add({"reshape_copy",
-         "reshape of a transposed input (needs a copy)",
-         {S::uniform({3, 4}).transposed()},
-         [](In x) { return x[0].reshape({12}); }});
-  r.add({"permute", "permute (2, 0, 1)", {S::uniform({2, 3, 4})}, [](In x) {
-           return x[0].permute({2, 0, 1});
-         }});
-  r.add({"transpose", "transpose(0, 2)", {S::uniform({2, 3, 4})}, [](In x) {
-           return x[0].transpose(0, 2);
-         }});
+  r.add({"permute", "permute (2, 0, 1)", {S::uniform({2, 3, 4})}, [](In x) { return x[0].permute({2, 0, 1}); }});
+  r.add({"transpose", "transpose(0, 2)", {S::uniform({2, 3, 4})}, [](In x) { return x[0].transpose(0, 2); }});
   r.add({"t", "2-D transpose", {S::uniform({3, 4})}, [](In x) { return x[0].t(); }});
-  r.add({"slice_step", "slice(1, 1, 6, step 2)", {S::uniform({5, 6})}, [](In x) {
-           return x[0].slice(1, 1, 6, 2);
+  r.add({"slice_step", "slice(1, 1, 6, step 2)", {S::uniform({5, 6})}, [](In x) { return x[0].slice(1, 1, 6, 2); }});
+  r.add({"slice_negative", "slice(0, -3, -1)", {S::uniform({5, 3})}, [](In x) { return x[0].slice(0, -3, -1); }});
+  r.add({"narrow", "narrow(0, 1, 3)", {S::uniform({5, 3})}, [](In x) { return x[0].narrow(0, 1, 3); }});
+  r.add({"select", "select(1, 2)", {S::uniform({3, 4, 2})}, [](In x) { return x[0].select(1, 2); }});
+  r.add({"select_negative", "select(0, -1) of a strided input", {S::uniform({3, 4}).strided()}, [](In x) {
+           return x[0].select(0, -1);
          }});
-  r.add({"slice_negative", "slice(0, -3, -1)", {S::uniform({5, 3})}, [](In x) {
-           return x[0].slice(0, -3, -1);
-         }});
-  r.add({"narrow", "narrow(0, 1, 3)", {S::uniform({5, 3})}, [](In x) {
-           return x[0].narrow(0, 1, 3);
-         }});
-  r.add(
-      {"select", "select(1, 2)", {S::uniform({3, 4, 2})}, [](In x) { return x[0].select(1, 2); }});
-  r.add({"select_negative",
-         "select(0, -1) of a strided input",
-         {S::uniform({3, 4}).strided()},
-         [](In x) { return x[0].select(0, -1); }});
-  r.add({"expand", "expand (3, 1) to (2, 3, 4)", {S::uniform({3, 1})}, [](In x) {
-           return x[0].expand({2, 3, 4});
-         }});
-  r.add({"squeeze", "squeeze every size-1 dim", {S::uniform({3, 1, 4, 1})}, [](In x) {
-           return x[0].squeeze();
-         }});
-  r.add(
-      {"squeeze_dim", "squeeze(1)", {S::uniform({3, 1, 4})}, [](In x) { return x[0].squeeze(1); }});
+  r.add({"expand", "expand (3, 1) to (2, 3, 4)", {S::uniform({3, 1})}, [](In x) { return x[0].expand({2, 3, 4}); }});
+  r.add({"squeeze", "squeeze every size-1 dim", {S::uniform({3, 1, 4, 1})}, [](In x) { return x[0].squeeze(); }});
+  r.add({"squeeze_dim", "squeeze(1)", {S::uniform({3, 1, 4})}, [](In x) { return x[0].squeeze(1); }});
   r.add({"unsqueeze", "unsqueeze(1) and unsqueeze(-1)", {S::uniform({3, 4})}, [](In x) {
            return x[0].unsqueeze(1).unsqueeze(-1);
          }});
-  r.add({"flatten", "flatten everything", {S::uniform({2, 3, 4})}, [](In x) {
-           return x[0].flatten();
+  r.add({"flatten", "flatten everything", {S::uniform({2, 3, 4})}, [](In x) { return x[0].flatten(); }});
+  r.add({"flatten_range", "flatten(1, 2) of a transposed input", {S::uniform({2, 3, 4}).transposed()}, [](In x) {
+           return x[0].flatten(1, 2);
          }});
-  r.add({"flatten_range",
-         "flatten(1, 2) of a transposed input",
-         {S::uniform({2, 3, 4}).transposed()},
-         [](In x) { return x[0].flatten(1, 2); }});
-  r.add({"unflatten", "unflatten(1, {3, 4})", {S::uniform({2, 12})}, [](In x) {
-           return x[0].unflatten(1, {3, 4});
+  r.add({"unflatten", "unflatten(1, {3, 4})", {S::uniform({2, 12})}, [](In x) { return x[0].unflatten(1, {3, 4}); }});
+  r.add({"contiguous", "contiguous() of a transposed input", {S::uniform({3, 4}).transposed()}, [](In x) {
+           return contiguous(x[0]);
          }});
-  r.add({"contiguous",
-         "contiguous() of a transposed input",
-         {S::uniform({3, 4}).transposed()},
-         [](In x) { return contiguous(x[0]); }});
   r.add({"clone", "clone()", {S::uniform({3, 4})}, [](In x) { return x[0].clone() * 2.0; }});
   r.add({"to_dtype_roundtrip",
          "to(float32) and back to float64 (large eps: float32 rounding)",
@@ -818,13 +700,9 @@ void add_shape_cases(OpCaseRegistry& r) {
          [](In x) { return x[0].to(kFloat32).to(kFloat64); },
          GradcheckOptions{.eps = 0.05}});
   r.add({"tril", "lower triangle", {S::uniform({4, 4})}, [](In x) { return tril(x[0]); }});
-  r.add({"tril_diagonal", "tril(x, 1) of a (3, 5) input", {S::uniform({3, 5})}, [](In x) {
-           return tril(x[0], 1);
-         }});
+  r.add({"tril_diagonal", "tril(x, 1) of a (3, 5) input", {S::uniform({3, 5})}, [](In x) { return tril(x[0], 1); }});
   r.add({"triu", "upper triangle", {S::uniform({4, 4})}, [](In x) { return triu(x[0]); }});
-  r.add({"triu_batched", "triu(x, -1) of a batch", {S::uniform({2, 3, 4})}, [](In x) {
-           return triu(x[0], -1);
-         }});
+  r.add({"triu_batched", "triu(x, -1) of a batch", {S::uniform({2, 3, 4})}, [](In x) { return triu(x[0], -1); }});
 }
 
 }  // namespace heed::op_cases

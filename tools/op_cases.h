@@ -63,8 +63,8 @@ struct InputSpec {
   // Strictly positive values (log, sqrt, rsqrt, a pow base).
   static InputSpec positive(Dims shape, double low = 0.5, double high = 2.0);
   // Uniform in [low, high) but at least `margin` away from every kink (relu, abs, clamp).
-  static InputSpec away_from(Dims shape, std::vector<double> kinks, double margin = 0.05,
-                             double low = -1.0, double high = 1.0);
+  static InputSpec away_from(Dims shape, std::vector<double> kinks, double margin = 0.05, double low = -1.0,
+                             double high = 1.0);
   // Pairwise distinct values centred on zero (max/min, maximum/minimum: no ties).
   static InputSpec distinct(Dims shape, double offset = 0.0, double step = 0.1);
   static InputSpec indices(Dims shape, int64_t low, int64_t high);

@@ -112,8 +112,9 @@ int run(const Options& o) {
   const Device device = parse_device(o.device);
   // --amp fp16|bf16: forward and loss under amp::Autocast (float32 master weights); fp16 with
   // dynamic loss scaling, bf16 (float32's exponent range) without. Evaluation runs in float32.
-  const std::optional<DType> amp_dtype =
-      o.amp == "fp16" ? std::optional<DType>(kFloat16) : o.amp == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt;
+  const std::optional<DType> amp_dtype = o.amp == "fp16"   ? std::optional<DType>(kFloat16)
+                                         : o.amp == "bf16" ? std::optional<DType>(kBFloat16)
+                                                           : std::nullopt;
   amp::GradScaler scaler({.enabled = amp_dtype == kFloat16});
   cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   cli::check_usage(o.warmup <= o.iters, "--warmup {} exceeds --iters {}", o.warmup, o.iters);
@@ -157,17 +158,24 @@ int run(const Options& o) {
   };
   nlohmann::json chars = nlohmann::json::array();
   for (const std::string& c : data.chars) chars.push_back(static_cast<int>(static_cast<unsigned char>(c[0])));
-  const nlohmann::json config = {{"vocab", mo.vocab}, {"d_model", o.d_model}, {"heads", o.heads}, {"layers", o.layers},
-                                 {"block", o.block}, {"dropout", o.dropout}, {"attn_scale", o.attn_scale},
-                                 {"chars", chars}, {"data", o.data.empty() ? "generated" : o.data}, {"seed", o.seed}};
+  const nlohmann::json config = {{"vocab", mo.vocab},
+                                 {"d_model", o.d_model},
+                                 {"heads", o.heads},
+                                 {"layers", o.layers},
+                                 {"block", o.block},
+                                 {"dropout", o.dropout},
+                                 {"attn_scale", o.attn_scale},
+                                 {"chars", chars},
+                                 {"data", o.data.empty() ? "generated" : o.data},
+                                 {"seed", o.seed}};
   std::printf("heed charlm: %s, %zu characters (vocab %zu), train %zu / val %zu; %lld parameters; %d threads\n",
               o.data.empty() ? "generated corpus" : o.data.c_str(), text.size(), data.chars.size(), data.train.size(),
               data.val.size(), static_cast<long long>(model.num_parameters()), get_num_threads());
 
   int64_t start = 0;
-  nlohmann::json history = {{"iter", nlohmann::json::array()}, {"train_loss", nlohmann::json::array()},
+  nlohmann::json history = {{"iter", nlohmann::json::array()},      {"train_loss", nlohmann::json::array()},
                             {"eval_iter", nlohmann::json::array()}, {"val_loss", nlohmann::json::array()},
-                            {"entropy", nlohmann::json::array()}, {"train_seconds", 0.0}};
+                            {"entropy", nlohmann::json::array()},   {"train_seconds", 0.0}};
   if (o.resume || o.sample_only) {
     // The configuration first, so that a checkpoint of another program or other flags is
     // named as such before any tensor is loaded.
@@ -183,15 +191,16 @@ int run(const Options& o) {
     if (!o.sample_only) {
       // The precision and the loss scaler's state, so that the continued run is exact.
       const std::string trained_amp = history.value("amp", std::string("none"));
-      HEED_CHECK(trained_amp == o.amp, "charlm", "{} was trained with --amp {}; pass the same flag to resume", checkpoint,
-                 trained_amp);
+      HEED_CHECK(trained_amp == o.amp, "charlm", "{} was trained with --amp {}; pass the same flag to resume",
+                 checkpoint, trained_amp);
       if (history.contains("grad_scaler")) scaler.load_state_dict(history["grad_scaler"]);
     }
     std::printf("loaded %s (iteration %lld)\n", checkpoint.c_str(), static_cast<long long>(start));
   }
   if (o.sample_only) {
     model.eval();
-    std::printf("%s%s\n", o.prompt.c_str(), sample(model, data, o.prompt, o.sample_tokens, o.temperature, o.top_k).c_str());
+    std::printf("%s%s\n", o.prompt.c_str(),
+                sample(model, data, o.prompt, o.sample_tokens, o.temperature, o.top_k).c_str());
     return 0;
   }
 
@@ -228,7 +237,10 @@ int run(const Options& o) {
     if (done % o.log_every == 0 || done == o.iters) {
       history["iter"].push_back(done);
       history["train_loss"].push_back(loss_window / static_cast<double>(window));
-      log.write({{"iter", done}, {"loss", loss_window / static_cast<double>(window)}, {"lr", lr}, {"grad_norm", norm},
+      log.write({{"iter", done},
+                 {"loss", loss_window / static_cast<double>(window)},
+                 {"lr", lr},
+                 {"grad_norm", norm},
                  {"train_seconds", train_seconds}});
       loss_window = 0;
       window = 0;
@@ -264,10 +276,11 @@ int run(const Options& o) {
   progress.finish_line();
   model.eval();
   const double final_val = estimate_loss(model, data.val, o.final_eval_batches, o.batch, o.block);
-  std::printf("training wall time %.1f s (%lld iterations, %.1f ms/iter, --amp %s); final validation loss %.4f "
-              "(mean of %lld batches)\n",
-              train_seconds, static_cast<long long>(o.iters), 1e3 * train_seconds / std::max<double>(1, o.iters - start),
-              o.amp.c_str(), final_val, static_cast<long long>(o.final_eval_batches));
+  std::printf(
+      "training wall time %.1f s (%lld iterations, %.1f ms/iter, --amp %s); final validation loss %.4f "
+      "(mean of %lld batches)\n",
+      train_seconds, static_cast<long long>(o.iters), 1e3 * train_seconds / std::max<double>(1, o.iters - start),
+      o.amp.c_str(), final_val, static_cast<long long>(o.final_eval_batches));
   if (scaler.is_enabled())
     std::printf("fp16 loss scaling: %lld of %lld steps skipped (overflow), final scale %g\n",
                 static_cast<long long>(skipped_steps), static_cast<long long>(o.iters - start), scaler.get_scale());
@@ -313,8 +326,8 @@ int run(const Options& o) {
     std::vector<report::svg::Panel> panels;
     for (int64_t h = 0; h < w.size(1); ++h)
       panels.push_back({fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kFloat64).to_vector<double>(), n, n});
-    report::svg::heatmap_grid(o.out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)", panels,
-                              labels, labels, 2);
+    report::svg::heatmap_grid(o.out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)",
+                              panels, labels, labels, 2);
   }
   std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", o.out_dir.c_str(),
               checkpoint.c_str());
@@ -362,11 +375,14 @@ int main(int argc, char** argv) {
                   {"none", "fp16", "bf16"});
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
   switch (args.parse(argc, argv)) {
-    case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+    case cli::ArgParser::Outcome::Help:
+      std::printf("%s", args.usage().c_str());
+      return 0;
     case cli::ArgParser::Outcome::Error:
       std::fprintf(stderr, "charlm: %s\n\n%s", args.error().c_str(), args.usage().c_str());
       return 2;
-    case cli::ArgParser::Outcome::Ok: break;
+    case cli::ArgParser::Outcome::Ok:
+      break;
   }
   return cli::run_guarded("charlm", [&] { return run(o); });
 }

@@ -11,23 +11,22 @@ namespace charlm {
 // A deterministic synthetic text: simple sentences from a small grammar, so the example
 // needs no download.
 std::string generated_corpus(uint64_t seed, size_t characters) {
-  static const char* subjects[] = {"the old man", "a young woman", "the child", "my brother", "the king", "a small dog",
-                                   "the teacher", "our neighbour"};
+  static const char* subjects[] = {"the old man", "a young woman", "the child",   "my brother",
+                                   "the king",    "a small dog",   "the teacher", "our neighbour"};
   static const char* verbs[] = {"sees", "finds", "loves", "carries", "paints", "remembers", "forgets", "follows"};
-  static const char* objects[] = {"the red ball", "a long letter", "the quiet river", "an apple", "the castle",
-                                  "a green door", "the last song", "the old book"};
+  static const char* objects[] = {"the red ball", "a long letter", "the quiet river", "an apple",
+                                  "the castle",   "a green door",  "the last song",   "the old book"};
   static const char* endings[] = {" today.", " again.", " in the morning.", " at night.", ".", " with care."};
   std::mt19937_64 rng(seed);
   std::string text;
   while (text.size() < characters) {
-    std::string s = std::string(subjects[rng() % 8]) + " " + verbs[rng() % 8] + " " + objects[rng() % 8] +
-                    endings[rng() % 6];
+    std::string s =
+        std::string(subjects[rng() % 8]) + " " + verbs[rng() % 8] + " " + objects[rng() % 8] + endings[rng() % 6];
     s[0] = static_cast<char>(s[0] - 'a' + 'A');
     text += s + ((rng() % 4 == 0) ? "\n" : " ");
   }
   return text;
 }
-
 
 Dataset load_dataset(const std::string& text) {
   Dataset d;
@@ -49,9 +48,10 @@ Dataset load_dataset(const std::string& text) {
 
 // Random windows: x (B,T) and the next characters y (B,T), drawn with the default generator.
 std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t batch, int64_t block) {
-  HEED_CHECK(static_cast<int64_t>(data.size()) > block + 1, "charlm", "the data ({} characters) is shorter than a block",
-             data.size());
-  const std::vector<int64_t> starts = randint(0, static_cast<int64_t>(data.size()) - block, {batch}).to_vector<int64_t>();
+  HEED_CHECK(static_cast<int64_t>(data.size()) > block + 1, "charlm",
+             "the data ({} characters) is shorter than a block", data.size());
+  const std::vector<int64_t> starts =
+      randint(0, static_cast<int64_t>(data.size()) - block, {batch}).to_vector<int64_t>();
   std::vector<int64_t> x(static_cast<size_t>(batch * block)), y(x.size());
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < block; ++t) {

@@ -20,8 +20,7 @@ namespace {
 
 struct Options {
   int64_t steps = 1500, batch_size = 64, warmup = 150, eval_every = 100, early_steps = 100;
-  int64_t d_model = 128, heads = 2, layers = 2, d_ff = 512, seed = 1, threads = 0, train_size = 40000,
-          test_size = 500;
+  int64_t d_model = 128, heads = 2, layers = 2, d_ff = 512, seed = 1, threads = 0, train_size = 40000, test_size = 500;
   double lr = 1e-3, target_loss = 0.5, dropout = 0.1;
   std::string scales = "none,sqrt_dk,learnable,cosine", out_dir = "scale_ablation_out";
 };
@@ -118,12 +117,12 @@ int run(const Options& o) {
   corpus.train_size = static_cast<int>(o.train_size);
   corpus.test_size = static_cast<int>(o.test_size);
   const translate::Task task = translate::make_task(corpus);
-  std::printf("scale ablation: d_model %lld, %lld heads (d_k = %lld), %lld+%lld layers, %lld steps of %lld pairs, "
-              "seed %lld, target validation loss %.2f\n",
-              static_cast<long long>(o.d_model), static_cast<long long>(o.heads),
-              static_cast<long long>(o.d_model / o.heads), static_cast<long long>(o.layers),
-              static_cast<long long>(o.layers), static_cast<long long>(o.steps), static_cast<long long>(o.batch_size),
-              static_cast<long long>(o.seed), o.target_loss);
+  std::printf(
+      "scale ablation: d_model %lld, %lld heads (d_k = %lld), %lld+%lld layers, %lld steps of %lld pairs, "
+      "seed %lld, target validation loss %.2f\n",
+      static_cast<long long>(o.d_model), static_cast<long long>(o.heads), static_cast<long long>(o.d_model / o.heads),
+      static_cast<long long>(o.layers), static_cast<long long>(o.layers), static_cast<long long>(o.steps),
+      static_cast<long long>(o.batch_size), static_cast<long long>(o.seed), o.target_loss);
   std::vector<Row> rows;
   for (const std::string& scale : scales) rows.push_back(run_one(o, task, scale));
 
@@ -134,19 +133,30 @@ int run(const Options& o) {
   nlohmann::json json = nlohmann::json::array();
   for (const Row& r : rows) {
     md += fmt::format("| {} | {:.1f} | {:.1f}% | {} | {:.3g} | {:.2f} | {:.3f} | {:.0f} |\n", r.scale, r.bleu,
-                      100 * r.exact, r.steps_to_target < 0 ? std::string("not reached") : std::to_string(r.steps_to_target),
+                      100 * r.exact,
+                      r.steps_to_target < 0 ? std::string("not reached") : std::to_string(r.steps_to_target),
                       r.early_grad_norm, r.entropy, r.final_val, r.seconds);
-    json.push_back({{"scale", r.scale}, {"test_bleu", r.bleu}, {"exact_match", r.exact},
-                    {"steps_to_target", r.steps_to_target}, {"early_attention_grad_norm", r.early_grad_norm},
-                    {"mean_attention_entropy", r.entropy}, {"final_val_loss", r.final_val}, {"train_seconds", r.seconds}});
+    json.push_back({{"scale", r.scale},
+                    {"test_bleu", r.bleu},
+                    {"exact_match", r.exact},
+                    {"steps_to_target", r.steps_to_target},
+                    {"early_attention_grad_norm", r.early_grad_norm},
+                    {"mean_attention_entropy", r.entropy},
+                    {"final_val_loss", r.final_val},
+                    {"train_seconds", r.seconds}});
   }
   std::printf("\n%s", md.c_str());
   std::ofstream(o.out_dir + "/scale_ablation.md") << md;
-  io::save_json(o.out_dir + "/scale_ablation.json",
-                {{"config", {{"d_model", o.d_model}, {"heads", o.heads}, {"d_k", o.d_model / o.heads}, {"layers", o.layers},
-                             {"steps", o.steps}, {"batch_size", o.batch_size}, {"seed", o.seed},
-                             {"target_val_loss", o.target_loss}}},
-                 {"rows", json}});
+  io::save_json(o.out_dir + "/scale_ablation.json", {{"config",
+                                                      {{"d_model", o.d_model},
+                                                       {"heads", o.heads},
+                                                       {"d_k", o.d_model / o.heads},
+                                                       {"layers", o.layers},
+                                                       {"steps", o.steps},
+                                                       {"batch_size", o.batch_size},
+                                                       {"seed", o.seed},
+                                                       {"target_val_loss", o.target_loss}}},
+                                                     {"rows", json}});
   std::printf("wrote %s/scale_ablation.md and scale_ablation.json\n", o.out_dir.c_str());
   return 0;
 }
@@ -155,8 +165,9 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  cli::ArgParser args("scale_ablation",
-                      "Trains the toy translator with each attention scale (seed 000 sec. 6) and tabulates the results.");
+  cli::ArgParser args(
+      "scale_ablation",
+      "Trains the toy translator with each attention scale (seed 000 sec. 6) and tabulates the results.");
   args.add_string("scales", &o.scales, "comma-separated scales to compare (none, sqrt_dk, learnable, affine, cosine)");
   args.add_int("steps", &o.steps, "training steps per scale", 1, 10000000);
   args.add_int("batch-size", &o.batch_size, "sentence pairs per step", 1, 100000);
@@ -176,11 +187,14 @@ int main(int argc, char** argv) {
   args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
   args.add_string("out-dir", &o.out_dir, "output directory");
   switch (args.parse(argc, argv)) {
-    case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+    case cli::ArgParser::Outcome::Help:
+      std::printf("%s", args.usage().c_str());
+      return 0;
     case cli::ArgParser::Outcome::Error:
       std::fprintf(stderr, "scale_ablation: %s\n\n%s", args.error().c_str(), args.usage().c_str());
       return 2;
-    case cli::ArgParser::Outcome::Ok: break;
+    case cli::ArgParser::Outcome::Ok:
+      break;
   }
   return cli::run_guarded("scale_ablation", [&] { return run(o); });
 }

@@ -12,16 +12,15 @@ namespace {
 // ---- numbers --------------------------------------------------------------------------------
 
 const char* const kGermanUnits[] = {"", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun"};
-const char* const kGermanTeens[] = {"zehn", "elf", "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn",
-                                    "siebzehn", "achtzehn", "neunzehn"};
-const char* const kGermanTens[] = {"", "", "zwanzig", "dreißig", "vierzig", "fünfzig", "sechzig", "siebzig",
-                                   "achtzig", "neunzig"};
-const char* const kEnglishSmall[] = {"",        "one",     "two",       "three",    "four",
-                                     "five",    "six",     "seven",     "eight",    "nine",
-                                     "ten",     "eleven",  "twelve",    "thirteen", "fourteen",
-                                     "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"};
-const char* const kEnglishTens[] = {"", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty",
-                                    "ninety"};
+const char* const kGermanTeens[] = {"zehn",     "elf",      "zwölf",    "dreizehn", "vierzehn",
+                                    "fünfzehn", "sechzehn", "siebzehn", "achtzehn", "neunzehn"};
+const char* const kGermanTens[] = {"",        "",        "zwanzig", "dreißig", "vierzig",
+                                   "fünfzig", "sechzig", "siebzig", "achtzig", "neunzig"};
+const char* const kEnglishSmall[] = {"",         "one",     "two",     "three",     "four",     "five",    "six",
+                                     "seven",    "eight",   "nine",    "ten",       "eleven",   "twelve",  "thirteen",
+                                     "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"};
+const char* const kEnglishTens[] = {"",      "",      "twenty",  "thirty", "forty",
+                                    "fifty", "sixty", "seventy", "eighty", "ninety"};
 
 // "ein" inside compounds, "eins" when it ends the number.
 std::string german_unit_prefix(int u) { return u == 1 ? "ein" : kGermanUnits[u]; }
@@ -74,7 +73,7 @@ struct Verb {
   const char* de_1pl;
   const char* infinitive;  // with the separable prefix attached
   const char* participle;
-  const char* prefix;      // separable prefix, or "" (it goes to the end of a main clause)
+  const char* prefix;  // separable prefix, or "" (it goes to the end of a main clause)
   const char* en_base;
   const char* en_3sg;
   const char* en_past;
@@ -124,9 +123,10 @@ struct Subject {
 
 const char* const kFrontAdverbs[][2] = {{"heute", "today"}, {"morgen", "tomorrow"}, {"jetzt", "now"}};
 const char* const kMidAdverbs[][2] = {{"oft", "often"}, {"immer", "always"}, {"selten", "rarely"}};
-const char* const kClauseIntros[][2] = {
-    {"ich weiß , dass", "i know that"}, {"er sagt , dass", "he says that"},
-    {"wir glauben , dass", "we think that"}, {"die frau hofft , dass", "the woman hopes that"}};
+const char* const kClauseIntros[][2] = {{"ich weiß , dass", "i know that"},
+                                        {"er sagt , dass", "he says that"},
+                                        {"wir glauben , dass", "we think that"},
+                                        {"die frau hofft , dass", "the woman hopes that"}};
 
 // Portable uniform index (std distributions differ across standard libraries).
 size_t pick(std::mt19937_64& rng, size_t n) { return static_cast<size_t>(rng() % n); }
@@ -228,8 +228,8 @@ Clause random_clause(std::mt19937_64& rng) {
       c.de_main = join({s.de, mfin, o.de, nicht, v.infinitive});
       c.de_inverted = join({mfin, s.de, o.de, nicht, v.infinitive});
       c.de_subordinate = join({s.de, o.de, nicht, v.infinitive, mfin});
-      const char* en_modal = negated ? (s.person == 2 ? m.en_negated_3sg : m.en_negated_other)
-                                     : (s.person == 2 ? m.en_3sg : m.en_other);
+      const char* en_modal =
+          negated ? (s.person == 2 ? m.en_negated_3sg : m.en_negated_other) : (s.person == 2 ? m.en_3sg : m.en_other);
       c.en = join({s.en, en_modal, v.en_base, o.en});
       break;
     }
@@ -398,8 +398,10 @@ std::vector<std::string> tokenize_german(const std::string& text) {
   std::string spaced;
   for (char c : to_lower_ascii(text)) {
     if (c == ',' || c == '.' || c == '!' || c == '?') {
-      if (c == ',') spaced += " , ";
-      else spaced += ' ';
+      if (c == ',')
+        spaced += " , ";
+      else
+        spaced += ' ';
     } else {
       spaced += c;
     }

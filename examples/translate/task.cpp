@@ -289,8 +289,7 @@ std::vector<std::vector<std::string>> translate_batch(const nn::Transformer& mod
           candidates.emplace_back(beam_score[static_cast<size_t>(row)] + p[best], row, best);
           continue;
         }
-        for (int64_t v = 0; v < V; ++v)
-          candidates.emplace_back(beam_score[static_cast<size_t>(row)] + p[v], row, v);
+        for (int64_t v = 0; v < V; ++v) candidates.emplace_back(beam_score[static_cast<size_t>(row)] + p[v], row, v);
       }
       const size_t keep = std::min(candidates.size(), static_cast<size_t>(2 * K));
       std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(keep), candidates.end(),
@@ -332,7 +331,8 @@ std::vector<std::vector<std::string>> translate_batch(const nn::Transformer& mod
         for (int64_t k = 0; k < K; ++k) {
           const double s = next_score[static_cast<size_t>(b * K + k)];
           if (std::isfinite(s))
-            best_alive = std::max(best_alive, length_normalised(s, static_cast<size_t>(max_len), options.length_penalty));
+            best_alive =
+                std::max(best_alive, length_normalised(s, static_cast<size_t>(max_len), options.length_penalty));
         }
         if (best_alive <= best_finished) {
           done[static_cast<size_t>(b)] = true;
@@ -345,7 +345,8 @@ std::vector<std::vector<std::string>> translate_batch(const nn::Transformer& mod
     bool any_alive = false;
     for (int64_t r = 0; r < B * K; ++r) {
       any_alive = any_alive || std::isfinite(beam_score[static_cast<size_t>(r)]);
-      last[static_cast<size_t>(r)] = beams[static_cast<size_t>(r)].empty() ? kBos : beams[static_cast<size_t>(r)].back();
+      last[static_cast<size_t>(r)] =
+          beams[static_cast<size_t>(r)].empty() ? kBos : beams[static_cast<size_t>(r)].back();
     }
     if (!any_alive) break;
     if (K > 1) {

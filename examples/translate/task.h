@@ -57,13 +57,12 @@ struct Task {
 };
 Task make_task(const CorpusOptions& options);
 
-std::shared_ptr<heed::nn::Transformer> build_model(const ModelConfig& config, const Vocab& source,
-                                                   const Vocab& target);
+std::shared_ptr<heed::nn::Transformer> build_model(const ModelConfig& config, const Vocab& source, const Vocab& target);
 
 struct Batch {
-  heed::Tensor src;         // (B, S) int64, <eos>-terminated, padded
-  heed::Tensor tgt_in;      // (B, T) <bos> + target
-  heed::Tensor tgt_out;     // (B, T) target + <eos>, padded with <pad> (ignored by the loss)
+  heed::Tensor src;      // (B, S) int64, <eos>-terminated, padded
+  heed::Tensor tgt_in;   // (B, T) <bos> + target
+  heed::Tensor tgt_out;  // (B, T) target + <eos>, padded with <pad> (ignored by the loss)
   int64_t target_tokens = 0;
 };
 Batch make_batch(const std::vector<Pair>& pairs, const std::vector<size_t>& rows, const Vocab& source,
@@ -78,7 +77,7 @@ double evaluate_loss(const heed::nn::Transformer& model, const Task& task, const
                      int64_t batch_size = 128);
 
 struct DecodeOptions {
-  int beam = 1;               // 1: greedy
+  int beam = 1;                 // 1: greedy
   double length_penalty = 0.6;  // GNMT alpha: score / ((5 + len) / 6)^alpha
   int64_t max_len = 40;
 };

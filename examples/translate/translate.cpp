@@ -49,15 +49,16 @@ void attention_pictures(nn::Transformer& model, const translate::Task& task, con
   model.forward(b.src, b.tgt_in);
   const Tensor w = layer->cross_attn->last_weights();  // (1,H,T,S)
   layer->cross_attn->set_record_weights(false);
-  std::vector<std::string> src_labels = translate::split_tokens(pair.source), tgt_labels =
-                                                                                  translate::split_tokens(pair.target);
+  std::vector<std::string> src_labels = translate::split_tokens(pair.source),
+                           tgt_labels = translate::split_tokens(pair.target);
   src_labels.push_back("<eos>");
   tgt_labels.push_back("<eos>");
   const int64_t H = w.size(1), T = w.size(2), S = w.size(3);
   std::vector<report::svg::Panel> panels;
   for (int64_t h = 0; h < H; ++h)
     panels.push_back({fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kFloat64).to_vector<double>(), T, S});
-  report::svg::heatmap_grid(path, "cross-attention of the last decoder layer (rows: English output, columns: German input)",
+  report::svg::heatmap_grid(path,
+                            "cross-attention of the last decoder layer (rows: English output, columns: German input)",
                             panels, tgt_labels, src_labels, 2);
 }
 
@@ -65,8 +66,9 @@ int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   const Device device = parse_device(o.device);
   // --amp fp16|bf16: training under amp::Autocast (fp16 with loss scaling); evaluation in float32.
-  const std::optional<DType> amp_dtype =
-      o.amp == "fp16" ? std::optional<DType>(kFloat16) : o.amp == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt;
+  const std::optional<DType> amp_dtype = o.amp == "fp16"   ? std::optional<DType>(kFloat16)
+                                         : o.amp == "bf16" ? std::optional<DType>(kBFloat16)
+                                                           : std::nullopt;
   cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/translate.ckpt" : o.checkpoint;
@@ -76,8 +78,10 @@ int run(const Options& o) {
     const nlohmann::json config = io::read_config(checkpoint);
     HEED_CHECK(config.is_object() && config.contains("source_vocab") && config.contains("target_vocab") &&
                    config.contains("model"),
-               "translate", "{} is not a translate checkpoint (its configuration has no source_vocab, target_vocab "
-               "and model)", checkpoint);
+               "translate",
+               "{} is not a translate checkpoint (its configuration has no source_vocab, target_vocab "
+               "and model)",
+               checkpoint);
     const translate::Vocab source = translate::Vocab::from_tokens(config.at("source_vocab"));
     const translate::Vocab target = translate::Vocab::from_tokens(config.at("target_vocab"));
     auto model = translate::build_model(translate::ModelConfig::from_json(config.at("model")), source, target);
@@ -111,26 +115,36 @@ int run(const Options& o) {
   auto model = translate::build_model(mc, task.source, task.target);
   model->to(device);
   translate::Trainer trainer(*model, task,
-                             {.batch_size = o.batch_size, .steps = o.steps, .warmup = o.warmup, .lr = o.lr,
-                              .min_lr = o.min_lr, .weight_decay = o.weight_decay,
-                              .label_smoothing = o.label_smoothing, .clip = o.clip, .amp = amp_dtype});
+                             {.batch_size = o.batch_size,
+                              .steps = o.steps,
+                              .warmup = o.warmup,
+                              .lr = o.lr,
+                              .min_lr = o.min_lr,
+                              .weight_decay = o.weight_decay,
+                              .label_smoothing = o.label_smoothing,
+                              .clip = o.clip,
+                              .amp = amp_dtype});
   optim::Optimizer& optimizer = trainer.optimizer();
   optim::LRScheduler& scheduler = trainer.scheduler();
-  const nlohmann::json config = {{"model", mc.to_json()},
-                                 {"source_vocab", task.source.tokens()},
-                                 {"target_vocab", task.target.tokens()},
-                                 {"corpus", {{"seed", o.seed}, {"train_size", o.train_size}, {"test_size", o.test_size}}}};
-  std::printf("heed translate: %zu training pairs, %zu validation, %zu test; vocab de %lld / en %lld; "
-              "model %lld parameters (d_model %lld, %lld heads, %lld+%lld layers), %d threads\n",
-              task.corpus.train.size(), task.corpus.validation.size(), task.corpus.test.size(),
-              static_cast<long long>(task.source.size()), static_cast<long long>(task.target.size()),
-              static_cast<long long>(model->num_parameters()), static_cast<long long>(o.d_model),
-              static_cast<long long>(o.heads), static_cast<long long>(o.layers), static_cast<long long>(o.layers),
-              get_num_threads());
+  const nlohmann::json config = {
+      {"model", mc.to_json()},
+      {"source_vocab", task.source.tokens()},
+      {"target_vocab", task.target.tokens()},
+      {"corpus", {{"seed", o.seed}, {"train_size", o.train_size}, {"test_size", o.test_size}}}};
+  std::printf(
+      "heed translate: %zu training pairs, %zu validation, %zu test; vocab de %lld / en %lld; "
+      "model %lld parameters (d_model %lld, %lld heads, %lld+%lld layers), %d threads\n",
+      task.corpus.train.size(), task.corpus.validation.size(), task.corpus.test.size(),
+      static_cast<long long>(task.source.size()), static_cast<long long>(task.target.size()),
+      static_cast<long long>(model->num_parameters()), static_cast<long long>(o.d_model),
+      static_cast<long long>(o.heads), static_cast<long long>(o.layers), static_cast<long long>(o.layers),
+      get_num_threads());
 
   int64_t start_step = 0;
-  nlohmann::json history = {{"step", nlohmann::json::array()}, {"train_loss", nlohmann::json::array()},
-                            {"eval_step", nlohmann::json::array()}, {"val_loss", nlohmann::json::array()},
+  nlohmann::json history = {{"step", nlohmann::json::array()},
+                            {"train_loss", nlohmann::json::array()},
+                            {"eval_step", nlohmann::json::array()},
+                            {"val_loss", nlohmann::json::array()},
                             {"entropy", nlohmann::json::array()}};
   if (o.resume) {
     const io::RestoredCheckpoint restored = io::load_checkpoint(checkpoint, *model, &optimizer, &scheduler);
@@ -166,8 +180,12 @@ int run(const Options& o) {
     if (step % o.log_every == 0 || step == o.steps) {
       history["step"].push_back(step);
       history["train_loss"].push_back(loss_window / static_cast<double>(window_steps));
-      log.write({{"step", step}, {"loss", loss_window / static_cast<double>(window_steps)}, {"lr", r.lr},
-                 {"grad_norm", norm}, {"tokens_per_s", tokens_seen / train_seconds}, {"elapsed_s", train_seconds}});
+      log.write({{"step", step},
+                 {"loss", loss_window / static_cast<double>(window_steps)},
+                 {"lr", r.lr},
+                 {"grad_norm", norm},
+                 {"tokens_per_s", tokens_seen / train_seconds},
+                 {"elapsed_s", train_seconds}});
       loss_window = 0;
       window_steps = 0;
     }
@@ -213,18 +231,23 @@ int run(const Options& o) {
       *model, task, task.corpus.test, {.beam = static_cast<int>(o.beam), .length_penalty = o.length_penalty});
   const double e2 = now_seconds();
   std::printf("test set (%zu sentences never seen in training):\n", task.corpus.test.size());
-  std::printf("  greedy:      BLEU %.2f, exact match %.1f%% (%.1f s)\n", greedy.bleu, 100 * greedy.exact_match, e1 - e0);
+  std::printf("  greedy:      BLEU %.2f, exact match %.1f%% (%.1f s)\n", greedy.bleu, 100 * greedy.exact_match,
+              e1 - e0);
   std::printf("  beam %lld:      BLEU %.2f, exact match %.1f%% (%.1f s)\n", static_cast<long long>(o.beam), beam.bleu,
               100 * beam.exact_match, e2 - e1);
   std::printf("sample translations (beam):\n");
   for (int64_t i = 0; i < std::min<int64_t>(o.samples, static_cast<int64_t>(task.corpus.test.size())); ++i) {
     const Pair& p = task.corpus.test[static_cast<size_t>(i)];
-    std::printf("  de:  %s\n  en:  %s\n  ref: %s%s\n", translate::detokenize_german(translate::split_tokens(p.source)).c_str(),
+    std::printf("  de:  %s\n  en:  %s\n  ref: %s%s\n",
+                translate::detokenize_german(translate::split_tokens(p.source)).c_str(),
                 beam.hypotheses[static_cast<size_t>(i)].c_str(), p.target.c_str(),
                 beam.hypotheses[static_cast<size_t>(i)] == p.target ? "" : "   <- differs");
   }
-  log.write({{"test_bleu_greedy", greedy.bleu}, {"test_exact_greedy", greedy.exact_match}, {"test_bleu_beam", beam.bleu},
-             {"test_exact_beam", beam.exact_match}, {"train_seconds", train_seconds}});
+  log.write({{"test_bleu_greedy", greedy.bleu},
+             {"test_exact_greedy", greedy.exact_match},
+             {"test_bleu_beam", beam.bleu},
+             {"test_exact_beam", beam.exact_match},
+             {"train_seconds", train_seconds}});
 
   // ---- pictures -----------------------------------------------------------------------------
   std::vector<report::svg::Series> losses = {{"train (smoothed CE)", {}, {}}, {"validation", {}, {}}};
@@ -296,11 +319,14 @@ int main(int argc, char** argv) {
   args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
   args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);
   switch (args.parse(argc, argv)) {
-    case cli::ArgParser::Outcome::Help: std::printf("%s", args.usage().c_str()); return 0;
+    case cli::ArgParser::Outcome::Help:
+      std::printf("%s", args.usage().c_str());
+      return 0;
     case cli::ArgParser::Outcome::Error:
       std::fprintf(stderr, "translate: %s\n\n%s", args.error().c_str(), args.usage().c_str());
       return 2;
-    case cli::ArgParser::Outcome::Ok: break;
+    case cli::ArgParser::Outcome::Ok:
+      break;
   }
   return cli::run_guarded("translate", [&] { return run(o); });
 }

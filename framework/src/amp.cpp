@@ -76,8 +76,7 @@ std::optional<DType> autocast_dtype() {
 
 Autocast::Autocast(std::optional<DType> dtype) {
   HEED_CHECK(!dtype || *dtype == kFloat16 || *dtype == kBFloat16, "amp::Autocast",
-             "the autocast dtype must be float16 or bfloat16 (or std::nullopt to disable), got {}",
-             dtype_name(*dtype));
+             "the autocast dtype must be float16 or bfloat16 (or std::nullopt to disable), got {}", dtype_name(*dtype));
   ThreadState& s = state();
   previous_enabled_ = s.enabled;
   previous_dtype_ = s.dtype;
@@ -144,14 +143,13 @@ void clear_cast_cache() { state().cache.clear(); }
 namespace {
 
 void check_options(const GradScalerOptions& o, const char* op) {
-  HEED_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0.0, op,
-             "init_scale must be finite and positive, got {}", o.init_scale);
+  HEED_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0.0, op, "init_scale must be finite and positive, got {}",
+             o.init_scale);
   HEED_CHECK(std::isfinite(o.growth_factor) && o.growth_factor > 1.0, op,
              "growth_factor must be finite and > 1, got {}", o.growth_factor);
-  HEED_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, op,
-             "backoff_factor must be in (0, 1), got {}", o.backoff_factor);
-  HEED_CHECK(o.growth_interval > 0, op, "growth_interval must be positive, got {}",
-             o.growth_interval);
+  HEED_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, op, "backoff_factor must be in (0, 1), got {}",
+             o.backoff_factor);
+  HEED_CHECK(o.growth_interval > 0, op, "growth_interval must be positive, got {}", o.growth_interval);
 }
 
 }  // namespace
@@ -171,10 +169,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   const char* op = "amp::GradScaler::unscale_";
   if (!options_.enabled) return;
   PerOptimizer& st = per_optimizer_[&optimizer];
-  HEED_CHECK(!st.unscaled, op,
-             "unscale_() was already called on this optimizer since the last update()");
-  HEED_CHECK(!st.stepped, op,
-             "step() was already called on this optimizer since the last update()");
+  HEED_CHECK(!st.unscaled, op, "unscale_() was already called on this optimizer since the last update()");
+  HEED_CHECK(!st.stepped, op, "step() was already called on this optimizer since the last update()");
   // Validate every gradient before changing any.
   std::vector<Tensor> grads;
   const auto& groups = optimizer.param_groups();
@@ -199,8 +195,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   for (Tensor& grad : grads) {
     grad.mul_(inv_scale);
     const Tensor probe = sum(mul_scalar(grad, 0.0)).to(kFloat64);
-    auto it = std::find_if(probes.begin(), probes.end(),
-                           [&](const auto& p) { return p.first == grad.device(); });
+    auto it = std::find_if(probes.begin(), probes.end(), [&](const auto& p) { return p.first == grad.device(); });
     if (it == probes.end())
       probes.emplace_back(grad.device(), probe);
     else
@@ -262,20 +257,15 @@ nlohmann::json GradScaler::state_dict() const {
 void GradScaler::load_state_dict(const nlohmann::json& state) {
   const char* op = "amp::GradScaler::load_state_dict";
   HEED_CHECK(state.is_object(), op, "expected a JSON object, got {}", state.dump());
-  for (const char* key :
-       {"enabled", "scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker"})
+  for (const char* key : {"enabled", "scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker"})
     HEED_CHECK(state.contains(key), op, "the state has no \"{}\" (got {})", key, state.dump());
-  HEED_CHECK(state["enabled"].is_boolean(), op, "\"enabled\" must be a boolean, got {}",
-             state["enabled"].dump());
+  HEED_CHECK(state["enabled"].is_boolean(), op, "\"enabled\" must be a boolean, got {}", state["enabled"].dump());
   for (const char* key : {"scale", "growth_factor", "backoff_factor"})
-    HEED_CHECK(state[key].is_number(), op, "\"{}\" must be a number, got {}", key,
-               state[key].dump());
+    HEED_CHECK(state[key].is_number(), op, "\"{}\" must be a number, got {}", key, state[key].dump());
   for (const char* key : {"growth_interval", "growth_tracker"})
-    HEED_CHECK(state[key].is_number_integer(), op, "\"{}\" must be an integer, got {}", key,
-               state[key].dump());
+    HEED_CHECK(state[key].is_number_integer(), op, "\"{}\" must be an integer, got {}", key, state[key].dump());
   const bool enabled = state["enabled"].get<bool>();
-  HEED_CHECK(enabled == options_.enabled, op,
-             "the state comes from {} scaler but this scaler is {}",
+  HEED_CHECK(enabled == options_.enabled, op, "the state comes from {} scaler but this scaler is {}",
              enabled ? "an enabled" : "a disabled", options_.enabled ? "enabled" : "disabled");
   GradScalerOptions o = options_;
   o.init_scale = state["scale"].get<double>();
@@ -285,8 +275,7 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
   check_options(o, op);
   const int64_t tracker = state["growth_tracker"].get<int64_t>();
   HEED_CHECK(tracker >= 0 && tracker < o.growth_interval, op,
-             "growth_tracker must be in [0, growth_interval = {}), got {}", o.growth_interval,
-             tracker);
+             "growth_tracker must be in [0, growth_interval = {}), got {}", o.growth_interval, tracker);
   o.init_scale = options_.init_scale;  // the option stays; the current scale is restored
   options_ = o;
   scale_ = state["scale"].get<double>();

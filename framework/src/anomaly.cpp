@@ -66,9 +66,8 @@ std::string nonfinite_counts(const TensorStats& s) {
 // ---- statistics -----------------------------------------------------------------------------
 
 std::string TensorStats::str() const {
-  return fmt::format("{} {}: min {:.6g} max {:.6g} mean {:.6g}, {} NaN, {} +Inf, {} -Inf",
-                     shape_str(shape), dtype_name(dtype), min, max, mean, nan_count, posinf_count,
-                     neginf_count);
+  return fmt::format("{} {}: min {:.6g} max {:.6g} mean {:.6g}, {} NaN, {} +Inf, {} -Inf", shape_str(shape),
+                     dtype_name(dtype), min, max, mean, nan_count, posinf_count, neginf_count);
 }
 
 TensorStats tensor_stats(const Tensor& t) {
@@ -113,9 +112,7 @@ TensorStats tensor_stats(const Tensor& t) {
 bool anomaly_detection_enabled() { return g_anomaly_enabled; }
 void set_detect_anomaly(bool enabled) { g_anomaly_enabled = enabled; }
 
-DetectAnomalyGuard::DetectAnomalyGuard(bool enabled) : previous_(g_anomaly_enabled) {
-  g_anomaly_enabled = enabled;
-}
+DetectAnomalyGuard::DetectAnomalyGuard(bool enabled) : previous_(g_anomaly_enabled) { g_anomaly_enabled = enabled; }
 DetectAnomalyGuard::~DetectAnomalyGuard() { g_anomaly_enabled = previous_; }
 
 AnomalyTagGuard::AnomalyTagGuard(const std::string& tag) : previous_size_(g_tag_stack.size()) {
@@ -127,9 +124,7 @@ AnomalyTagGuard::~AnomalyTagGuard() {
   rebuild_tag();
 }
 
-const std::string& current_anomaly_tag() {
-  return g_tag_stack.empty() ? kEmptyTag : g_current_tag;
-}
+const std::string& current_anomaly_tag() { return g_tag_stack.empty() ? kEmptyTag : g_current_tag; }
 
 std::vector<AnomalyRecord> anomaly_forward_log() {
   if (g_log.size() < kAnomalyLogCapacity) return g_log;
@@ -189,8 +184,8 @@ void anomaly_check_forward(Node& node, const std::vector<const Tensor*>& inputs,
     cause = "; an input already held NaN (it came from a leaf, the data or an op not on the tape)";
   else if (inputs_finite)
     cause = "; every input was finite, so this op made them";
-  fail("anomaly", "forward of {} produced non-finite values ({}){}\n  {}", op_label(node, tag),
-       nonfinite_counts(out), cause, node.context);
+  fail("anomaly", "forward of {} produced non-finite values ({}){}\n  {}", op_label(node, tag), nonfinite_counts(out),
+       cause, node.context);
 }
 
 void anomaly_check_backward(const Node& node, const Tensor& grad_output, const std::vector<Tensor>& grad_inputs) {
@@ -207,15 +202,15 @@ void anomaly_check_backward(const Node& node, const Tensor& grad_output, const s
   const TensorStats incoming = tensor_stats(grad_output);
   std::string lines = fmt::format("  incoming gradient (of the output): {}", incoming.str());
   for (size_t i = 0; i < grad_inputs.size(); ++i) {
-    if (grad_inputs[i].defined())
-      lines += fmt::format("\n  gradient for input {}: {}", i, stats[i].str());
+    if (grad_inputs[i].defined()) lines += fmt::format("\n  gradient for input {}: {}", i, stats[i].str());
   }
-  const std::string forward =
-      node.context.empty() ? std::string("(no forward record: the op was recorded while detection was off)")
-                           : node.context;
+  const std::string forward = node.context.empty()
+                                  ? std::string("(no forward record: the op was recorded while detection was off)")
+                                  : node.context;
   fail("anomaly", "backward of '{}' (op #{}) produced non-finite values ({}) in the gradient for input {}{}\n{}\n  {}",
        node.name(), node.sequence_nr(), nonfinite_counts(stats[static_cast<size_t>(first_bad)]), first_bad,
-       incoming.all_finite() ? "" : "; its incoming gradient was already non-finite (the seed given to backward or a hook)",
+       incoming.all_finite() ? ""
+                             : "; its incoming gradient was already non-finite (the seed given to backward or a hook)",
        lines, forward);
 }
 

@@ -52,8 +52,7 @@ Tensor SavedTensor::get() const {
 
 // ---- Node -----------------------------------------------------------------------------------
 
-Node::Node(const char* name, std::vector<Edge> edges, BackwardFn backward, Dims output_shape,
-           DType output_dtype)
+Node::Node(const char* name, std::vector<Edge> edges, BackwardFn backward, Dims output_shape, DType output_dtype)
     : name_(name),
       edges_(std::move(edges)),
       backward_(std::move(backward)),
@@ -102,8 +101,7 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor& output,
-               Node::BackwardFn backward) {
+void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor& output, Node::BackwardFn backward) {
   std::vector<Edge> edges;
   edges.reserve(inputs.size());
   for (const Tensor* t : inputs) {
@@ -116,8 +114,7 @@ void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor&
     }
     edges.push_back(std::move(e));
   }
-  auto node = std::make_shared<Node>(op, std::move(edges), std::move(backward), output.shape(),
-                                     output.dtype());
+  auto node = std::make_shared<Node>(op, std::move(edges), std::move(backward), output.shape(), output.dtype());
   // Anomaly detection (off: one thread-local read) checks the output before it joins the tape.
   if (anomaly_detection_enabled()) [[unlikely]]
     detail::anomaly_check_forward(*node, inputs, output);
@@ -135,8 +132,8 @@ Tensor apply_hooks(const std::vector<TensorHook>& hooks, Tensor grad) {
     Tensor replaced = hook(grad);
     if (replaced.defined()) {
       HEED_CHECK(replaced.shape() == grad.shape(), "register_hook",
-                 "a hook returned a gradient of shape {} for a tensor of shape {}",
-                 shape_str(replaced.shape()), shape_str(grad.shape()));
+                 "a hook returned a gradient of shape {} for a tensor of shape {}", shape_str(replaced.shape()),
+                 shape_str(grad.shape()));
       grad = replaced;
     }
   }
@@ -165,8 +162,8 @@ struct EngineCapture {
   std::unordered_map<const Node*, Tensor> nodes;         // non-leaf input's grad_fn -> gradient
 };
 
-void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds,
-                bool retain_graph, EngineCapture* capture) {
+void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, bool retain_graph,
+                EngineCapture* capture) {
   NoGradGuard no_grad;
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, Tensor> buffers;
@@ -271,16 +268,14 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
 }
 
 // Seed gradients for `roots`; `op` ("backward" or "grad") names the caller in errors.
-std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-                              const char* op) {
-  HEED_CHECK(grads.empty() || grads.size() == roots.size(), op, "got {} gradients for {} tensors",
-             grads.size(), roots.size());
+std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, const char* op) {
+  HEED_CHECK(grads.empty() || grads.size() == roots.size(), op, "got {} gradients for {} tensors", grads.size(),
+             roots.size());
   std::vector<Tensor> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& root = roots[i];
     detail::check_defined(root, op, "tensor");
-    HEED_CHECK(root.requires_grad(), op,
-               "tensor {} of shape {} does not require grad and has no grad_fn", i,
+    HEED_CHECK(root.requires_grad(), op, "tensor {} of shape {} does not require grad and has no grad_fn", i,
                shape_str(root.shape()));
     Tensor seed = grads.empty() ? Tensor() : grads[i];
     if (!seed.defined()) {
@@ -290,9 +285,8 @@ std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vecto
                  shape_str(root.shape()));
       seed = ones(root.shape(), root.options());
     }
-    HEED_CHECK(seed.shape() == root.shape(), op,
-               "gradient of shape {} given for a tensor of shape {}", shape_str(seed.shape()),
-               shape_str(root.shape()));
+    HEED_CHECK(seed.shape() == root.shape(), op, "gradient of shape {} given for a tensor of shape {}",
+               shape_str(seed.shape()), shape_str(root.shape()));
     detail::check_same_device(seed, root, op);
     if (anomaly_detection_enabled()) [[unlikely]]
       detail::anomaly_check_seed(seed, i, op);
@@ -303,8 +297,7 @@ std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vecto
 
 }  // namespace
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-                  bool retain_graph) {
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   run_engine(roots, seeds_for(roots, grads, "backward"), retain_graph, nullptr);
 }
 
@@ -313,8 +306,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   EngineCapture capture;
   for (const Tensor& in : inputs) {
     detail::check_defined(in, "grad", "input");
-    HEED_CHECK(in.requires_grad(), "grad", "an input of shape {} does not require grad",
-               shape_str(in.shape()));
+    HEED_CHECK(in.requires_grad(), "grad", "an input of shape {} does not require grad", shape_str(in.shape()));
     if (in.grad_fn())
       capture.nodes[in.grad_fn().get()] = Tensor();
     else
@@ -323,8 +315,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   run_engine(outputs, seeds_for(outputs, grad_outputs, "grad"), retain_graph, &capture);
   std::vector<Tensor> result;
   for (const Tensor& in : inputs) {
-    Tensor g =
-        in.grad_fn() ? capture.nodes[in.grad_fn().get()] : capture.leaves[in.impl_ptr().get()];
+    Tensor g = in.grad_fn() ? capture.nodes[in.grad_fn().get()] : capture.leaves[in.impl_ptr().get()];
     result.push_back(g.defined() ? g : zeros(in.shape(), in.options()));
   }
   return result;

@@ -23,8 +23,7 @@ void ArgParser::add_flag(const std::string& name, bool* target, const std::strin
   options_.push_back(o);
 }
 
-void ArgParser::add_int(const std::string& name, int64_t* target, const std::string& help, int64_t min,
-                        int64_t max) {
+void ArgParser::add_int(const std::string& name, int64_t* target, const std::string& help, int64_t min, int64_t max) {
   Option o;
   o.name = name;
   o.help = help;
@@ -36,8 +35,7 @@ void ArgParser::add_int(const std::string& name, int64_t* target, const std::str
   options_.push_back(o);
 }
 
-void ArgParser::add_double(const std::string& name, double* target, const std::string& help, double min,
-                           double max) {
+void ArgParser::add_double(const std::string& name, double* target, const std::string& help, double min, double max) {
   Option o;
   o.name = name;
   o.help = help;
@@ -61,8 +59,7 @@ void ArgParser::add_string(const std::string& name, std::string* target, const s
   options_.push_back(o);
 }
 
-void ArgParser::add_positional(const std::string& name, std::string* target, const std::string& help,
-                               bool required) {
+void ArgParser::add_positional(const std::string& name, std::string* target, const std::string& help, bool required) {
   positionals_.push_back({name, help, target, required});
 }
 
@@ -88,8 +85,8 @@ bool ArgParser::apply(Option& o, const std::string& value) {
     const double v = std::strtod(value.c_str(), &end);
     if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE || !std::isfinite(v) ||
         v < o.double_min || v > o.double_max) {
-      error_ = fmt::format("--{} expects a number in [{:g}, {:g}], got '{}'", o.name, o.double_min, o.double_max,
-                           value);
+      error_ =
+          fmt::format("--{} expects a number in [{:g}, {:g}], got '{}'", o.name, o.double_min, o.double_max, value);
       return false;
     }
     *o.double_value = v;
@@ -177,7 +174,8 @@ std::string ArgParser::usage() const {
     std::string left = "--" + o.name;
     if (o.kind == "int") left += " N";
     if (o.kind == "double") left += " X";
-    if (o.kind == "string") left += o.choices.empty() ? " TEXT" : " {" + fmt::format("{}", fmt::join(o.choices, "|")) + "}";
+    if (o.kind == "string")
+      left += o.choices.empty() ? " TEXT" : " {" + fmt::format("{}", fmt::join(o.choices, "|")) + "}";
     std::string right = o.help;
     if (!o.default_text.empty() && o.kind != "flag") right += " (default " + o.default_text + ")";
     out += fmt::format("  {:<24} {}\n", left, right);

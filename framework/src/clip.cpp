@@ -31,8 +31,7 @@ std::vector<Tensor> gradients_of(const std::vector<Tensor>& params, const char* 
 
 }  // namespace
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
-                       bool error_if_nonfinite) {
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   constexpr const char* kOp = "clip_grad_norm_";
   HEED_CHECK(max_norm >= 0.0, kOp, "max_norm must be >= 0, got {}", max_norm);
   HEED_CHECK(norm_type > 0.0, kOp, "norm_type must be > 0 or INFINITY, got {}", norm_type);
@@ -56,8 +55,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
       inputs.push_back({keep_alive.back().raw_data(), grad.dtype(), grad.numel()});
     }
     if (inputs.empty()) continue;
-    const double part =
-        HEED_KERNEL(device, global_norm)(inputs.data(), static_cast<int>(inputs.size()), norm_type);
+    const double part = HEED_KERNEL(device, global_norm)(inputs.data(), static_cast<int>(inputs.size()), norm_type);
     total = max_norm_type ? ((std::isnan(part) || part > total) ? part : total) : total + part;
   }
   if (!max_norm_type) {

@@ -42,8 +42,7 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
     if (!t.requires_grad()) continue;
     HEED_CHECK(t.dtype() == kFloat64, "gradcheck", "input {} has dtype {}; gradcheck needs float64 inputs", i,
                dtype_name(t.dtype()));
-    HEED_CHECK(t.device().is_cpu(), "gradcheck", "input {} is on {}; gradcheck runs on the CPU", i,
-               t.device().str());
+    HEED_CHECK(t.device().is_cpu(), "gradcheck", "input {} is on {}; gradcheck runs on the CPU", i, t.device().str());
     HEED_CHECK(t.is_leaf(), "gradcheck", "input {} is not a leaf tensor", i);
     HEED_CHECK(!has_overlap(t), "gradcheck",
                "input {} (shape {}, strides {}) has overlapping elements; pass a contiguous copy", i,

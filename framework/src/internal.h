@@ -24,13 +24,12 @@ inline void check_defined(const Tensor& t, const char* op, const char* what = "i
   HEED_CHECK(t.defined(), op, "the {} is an undefined Tensor", what);
 }
 inline void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
-  HEED_CHECK(a.device() == b.device(), op,
-             "expected all tensors on the same device, got {} and {} (use .to(device))",
+  HEED_CHECK(a.device() == b.device(), op, "expected all tensors on the same device, got {} and {} (use .to(device))",
              a.device().str(), b.device().str());
 }
 inline void check_floating(const Tensor& t, const char* op) {
-  HEED_CHECK(is_floating(t.dtype()), op, "expected a floating-point tensor, got {} of shape {}",
-             dtype_name(t.dtype()), shape_str(t.shape()));
+  HEED_CHECK(is_floating(t.dtype()), op, "expected a floating-point tensor, got {} of shape {}", dtype_name(t.dtype()),
+             shape_str(t.shape()));
 }
 inline void check_index_dtype(const Tensor& t, const char* op, const char* what = "index") {
   HEED_CHECK(t.dtype() == kInt64 || t.dtype() == kInt32, op,
@@ -41,8 +40,7 @@ inline void check_index_dtype(const Tensor& t, const char* op, const char* what 
 Tensor checked_indices(const Tensor& index, int64_t extent, const char* op);
 
 // Refuses in-place writes the tape cannot represent; bumps the version counter.
-void prepare_inplace(const Tensor& target, const char* op,
-                     std::initializer_list<const Tensor*> others = {});
+void prepare_inplace(const Tensor& target, const char* op, std::initializer_list<const Tensor*> others = {});
 
 // The dtype kernels compute in for a storage dtype: float32 for the 16-bit floats.
 inline DType compute_dtype(DType t) { return is_half(t) ? kFloat32 : t; }

@@ -126,8 +126,7 @@ std::pair<int, uint64_t> open_regular_file(const std::string& path, const char* 
 }
 
 // Reads exactly n bytes at `offset`, or throws naming what was read.
-void pread_exact(int fd, void* dst, uint64_t n, uint64_t offset, const std::string& path,
-                 const char* op) {
+void pread_exact(int fd, void* dst, uint64_t n, uint64_t offset, const std::string& path, const char* op) {
   char* out = static_cast<char*>(dst);
   uint64_t done = 0;
   while (done < n) {
@@ -138,8 +137,7 @@ void pread_exact(int fd, void* dst, uint64_t n, uint64_t offset, const std::stri
       fail(op, "{}: read of {} bytes at offset {} failed: {}", path, n, offset, errno_text(errno));
     }
     if (got == 0)
-      fail(op, "{}: unexpected end of file: wanted {} bytes at offset {}, got {} (truncated?)",
-           path, n, offset, done);
+      fail(op, "{}: unexpected end of file: wanted {} bytes at offset {}, got {} (truncated?)", path, n, offset, done);
     done += static_cast<uint64_t>(got);
   }
 }
@@ -156,8 +154,7 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
   do {
     raw_fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   } while (raw_fd < 0 && errno == EINTR);
-  if (raw_fd < 0)
-    fail(kOp, "{}: cannot create the temporary file {}: {}", path, temporary, errno_text(errno));
+  if (raw_fd < 0) fail(kOp, "{}: cannot create the temporary file {}: {}", path, temporary, errno_text(errno));
   FdCloser fd(raw_fd);
   // Removes the temporary on every failure path (writer exceptions included).
   struct TemporaryRemover {
@@ -178,14 +175,11 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
     std::ostream stream(&buffer);
     writer(stream);
     stream.flush();
-    if (buffer.error() != 0)
-      fail(kOp, "{}: writing {} failed: {}", path, temporary, errno_text(buffer.error()));
+    if (buffer.error() != 0) fail(kOp, "{}: writing {} failed: {}", path, temporary, errno_text(buffer.error()));
     HEED_CHECK(stream.good(), kOp, "{}: the stream writing {} reported an error", path, temporary);
   }
-  if (::fsync(fd.get()) != 0)
-    fail(kOp, "{}: fsync of {} failed: {}", path, temporary, errno_text(errno));
-  if (::close(fd.release()) != 0)
-    fail(kOp, "{}: closing {} failed: {}", path, temporary, errno_text(errno));
+  if (::fsync(fd.get()) != 0) fail(kOp, "{}: fsync of {} failed: {}", path, temporary, errno_text(errno));
+  if (::close(fd.release()) != 0) fail(kOp, "{}: closing {} failed: {}", path, temporary, errno_text(errno));
   if (::rename(temporary.c_str(), path.c_str()) != 0)
     fail(kOp, "{}: cannot rename {} over it: {}", path, temporary, errno_text(errno));
   remover.armed = false;
@@ -194,18 +188,17 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
   const std::string directory = parent_directory(path);
   const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0)
-    fail(kOp, "{}: the file was replaced, but its directory {} cannot be opened to fsync it: {}",
-         path, directory, errno_text(errno));
+    fail(kOp, "{}: the file was replaced, but its directory {} cannot be opened to fsync it: {}", path, directory,
+         errno_text(errno));
   FdCloser dir_closer(dir_fd);
   if (::fsync(dir_fd) != 0 && errno != EINVAL && errno != EROFS)
-    fail(kOp, "{}: the file was replaced, but fsync of its directory {} failed: {}", path,
-         directory, errno_text(errno));
+    fail(kOp, "{}: the file was replaced, but fsync of its directory {} failed: {}", path, directory,
+         errno_text(errno));
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
-  write_file_atomic(path, [bytes](std::ostream& out) {
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  });
+  write_file_atomic(
+      path, [bytes](std::ostream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
 }
 
 std::string read_file(const std::string& path) {
@@ -261,8 +254,7 @@ nlohmann::json parse_json(std::string_view text, const std::string& name_for_err
   // nlohmann parses iteratively but copies, compares and dumps values recursively, so a
   // hostile document nested a million levels deep would overflow the stack later on.
   auto limit_depth = [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) -> bool {
-    if ((event == nlohmann::json::parse_event_t::object_start ||
-         event == nlohmann::json::parse_event_t::array_start) &&
+    if ((event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start) &&
         depth >= kMaxJsonDepth)
       throw JsonTooDeep{};
     return true;
@@ -287,13 +279,12 @@ struct SafetensorsDType {
   std::string_view name;
   DType dtype;
 };
-constexpr SafetensorsDType kSafetensorsDTypes[] = {
-    {"F32", kFloat32}, {"F64", kFloat64}, {"F16", kFloat16}, {"BF16", kBFloat16},
-    {"I32", kInt32},   {"I64", kInt64},   {"BOOL", kBool}};
+constexpr SafetensorsDType kSafetensorsDTypes[] = {{"F32", kFloat32},   {"F64", kFloat64}, {"F16", kFloat16},
+                                                   {"BF16", kBFloat16}, {"I32", kInt32},   {"I64", kInt64},
+                                                   {"BOOL", kBool}};
 // Valid safetensors dtypes that heed tensors cannot hold.
 constexpr std::string_view kUnsupportedSafetensorsDTypes[] = {
-    "U8",      "I8",      "U16", "I16",     "U32",     "U64", "F8_E4M3",
-    "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+    "U8", "I8", "U16", "I16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
 
 }  // namespace
 
@@ -316,8 +307,7 @@ struct PreparedSafetensors {
 };
 
 PreparedSafetensors prepare_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                        const std::map<std::string, std::string>& metadata,
-                                        const char* op) {
+                                        const std::map<std::string, std::string>& metadata, const char* op) {
   // The header is assembled as text (linear in the number of tensors, keys in the given order):
   // {"__metadata__":{...},"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},...}
   PreparedSafetensors prepared;
@@ -328,22 +318,19 @@ PreparedSafetensors prepare_safetensors(const std::vector<std::pair<std::string,
     std::set<std::string> seen;
     uint64_t offset = 0;
     for (const auto& [name, tensor] : tensors) {
-      HEED_CHECK(name != kMetadataKey, op,
-                 "'{}' is reserved for the metadata and cannot name a tensor", kMetadataKey);
-      HEED_CHECK(seen.insert(name).second, op, "the tensor name '{}' appears more than once",
-                 name);
+      HEED_CHECK(name != kMetadataKey, op, "'{}' is reserved for the metadata and cannot name a tensor", kMetadataKey);
+      HEED_CHECK(seen.insert(name).second, op, "the tensor name '{}' appears more than once", name);
       HEED_CHECK(tensor.defined(), op, "the tensor '{}' is an undefined Tensor", name);
       const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * tensor.element_size();
-      header += fmt::format(R"({}:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}},)",
-                            Json(name).dump(), safetensors_dtype_name(tensor.dtype()),
-                            fmt::join(tensor.shape(), ","), offset, offset + bytes);
+      header +=
+          fmt::format(R"({}:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}},)", Json(name).dump(),
+                      safetensors_dtype_name(tensor.dtype()), fmt::join(tensor.shape(), ","), offset, offset + bytes);
       prepared.tensors.push_back(&tensor);
       prepared.byte_counts.push_back(bytes);
       offset += bytes;
     }
   } catch (const nlohmann::json::exception& e) {
-    fail(op, "the header cannot be written as JSON (names and metadata must be UTF-8): {}",
-         e.what());
+    fail(op, "the header cannot be written as JSON (names and metadata must be UTF-8): {}", e.what());
   }
   if (header.back() == ',') header.pop_back();
   header += '}';
@@ -354,8 +341,7 @@ PreparedSafetensors prepare_safetensors(const std::vector<std::pair<std::string,
 void write_safetensors(std::ostream& out, const PreparedSafetensors& prepared) {
   const uint64_t header_length = prepared.header.size();
   char length_bytes[8];
-  for (int i = 0; i < 8; ++i)
-    length_bytes[i] = static_cast<char>((header_length >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<char>((header_length >> (8 * i)) & 0xff);
   out.write(length_bytes, 8);
   out.write(prepared.header.data(), static_cast<std::streamsize>(prepared.header.size()));
   for (size_t i = 0; i < prepared.tensors.size(); ++i) {
@@ -363,15 +349,13 @@ void write_safetensors(std::ostream& out, const PreparedSafetensors& prepared) {
     Tensor host = prepared.tensors[i]->detach();
     if (!host.device().is_cpu()) host = host.to(kCPU);
     host = host.contiguous();
-    out.write(static_cast<const char*>(host.raw_data()),
-              static_cast<std::streamsize>(prepared.byte_counts[i]));
+    out.write(static_cast<const char*>(host.raw_data()), static_cast<std::streamsize>(prepared.byte_counts[i]));
   }
 }
 
 }  // namespace
 
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const PreparedSafetensors prepared = prepare_safetensors(tensors, metadata, "save_safetensors");
   write_file_atomic(path, [&](std::ostream& out) { write_safetensors(out, prepared); });
@@ -379,8 +363,7 @@ void save_safetensors(const std::string& path,
 
 std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                   const std::map<std::string, std::string>& metadata) {
-  const PreparedSafetensors prepared =
-      prepare_safetensors(tensors, metadata, "serialize_safetensors");
+  const PreparedSafetensors prepared = prepare_safetensors(tensors, metadata, "serialize_safetensors");
   std::ostringstream out;
   write_safetensors(out, prepared);
   return std::move(out).str();
@@ -393,8 +376,7 @@ namespace {
 constexpr const char* kLoadOp = "load_safetensors";
 
 template <typename... Args>
-[[noreturn]] void reject(const std::string& source, fmt::format_string<Args...> format,
-                         Args&&... args) {
+[[noreturn]] void reject(const std::string& source, fmt::format_string<Args...> format, Args&&... args) {
   fail(kLoadOp, "{}: {}", source, fmt::format(format, std::forward<Args>(args)...));
 }
 
@@ -418,8 +400,7 @@ struct HeaderStructureProblem {
 // Parses the header JSON, refusing duplicate keys and containers nested deeper than a
 // safetensors header has (root object > tensor object > shape/offsets array). `root_keys`
 // gets the top-level keys in header order (the parsed object itself is sorted by key).
-Json parse_header_json(std::string_view text, const std::string& source,
-                       std::vector<std::string>& root_keys) {
+Json parse_header_json(std::string_view text, const std::string& source, std::vector<std::string>& root_keys) {
   std::vector<std::set<std::string>> keys_of_open_objects;
   auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) -> bool {
     using Event = Json::parse_event_t;
@@ -437,10 +418,9 @@ Json parse_header_json(std::string_view text, const std::string& source,
         if (!keys_of_open_objects.empty()) keys_of_open_objects.pop_back();
         break;
       case Event::key:
-        if (!keys_of_open_objects.empty() &&
-            !keys_of_open_objects.back().insert(parsed.get<std::string>()).second)
-          throw HeaderStructureProblem{fmt::format(
-              "the header has the key '{}' twice in one object", parsed.get<std::string>())};
+        if (!keys_of_open_objects.empty() && !keys_of_open_objects.back().insert(parsed.get<std::string>()).second)
+          throw HeaderStructureProblem{
+              fmt::format("the header has the key '{}' twice in one object", parsed.get<std::string>())};
         if (depth == 1) root_keys.push_back(parsed.get<std::string>());
         break;
       default:
@@ -460,8 +440,7 @@ Json parse_header_json(std::string_view text, const std::string& source,
 }
 
 DType parse_dtype(const Json& value, const std::string& name, const std::string& source) {
-  if (!value.is_string())
-    reject(source, "tensor '{}': dtype must be a string, got {}", name, value.type_name());
+  if (!value.is_string()) reject(source, "tensor '{}': dtype must be a string, got {}", name, value.type_name());
   const auto& text = value.get_ref<const std::string&>();
   for (const auto& entry : kSafetensorsDTypes)
     if (entry.name == text) return entry.dtype;
@@ -471,8 +450,7 @@ DType parse_dtype(const Json& value, const std::string& name, const std::string&
              "tensor '{}': dtype '{}' is not supported by heed (F32, F64, F16, BF16, I32, "
              "I64 and BOOL are)",
              name, text);
-  reject(source, "tensor '{}': unknown dtype '{}' (expected F32, F64, F16, BF16, I32, I64 or BOOL)",
-         name, text);
+  reject(source, "tensor '{}': unknown dtype '{}' (expected F32, F64, F16, BF16, I32, I64 or BOOL)", name, text);
 }
 
 // A JSON number that is a non-negative integer fitting in uint64, or nothing.
@@ -490,17 +468,14 @@ bool as_unsigned(const Json& value, uint64_t& out) {
 
 Dims parse_shape(const Json& value, const std::string& name, const std::string& source) {
   if (!value.is_array())
-    reject(source, "tensor '{}': shape must be an array of integers, got {}", name,
-           value.type_name());
+    reject(source, "tensor '{}': shape must be an array of integers, got {}", name, value.type_name());
   if (value.size() > static_cast<size_t>(kMaxDims))
-    reject(source, "tensor '{}': shape has {} dimensions, heed tensors have at most {}", name,
-           value.size(), kMaxDims);
+    reject(source, "tensor '{}': shape has {} dimensions, heed tensors have at most {}", name, value.size(), kMaxDims);
   Dims shape;
   for (size_t i = 0; i < value.size(); ++i) {
     uint64_t size = 0;
     if (!as_unsigned(value[i], size))
-      reject(source, "tensor '{}': shape entry {} is {}, expected a non-negative integer", name, i,
-             value[i].dump());
+      reject(source, "tensor '{}': shape entry {} is {}, expected a non-negative integer", name, i, value[i].dump());
     if (size > static_cast<uint64_t>(INT64_MAX))
       reject(source, "tensor '{}': shape entry {} ({}) is too large", name, i, size);
     shape.push_back(static_cast<int64_t>(size));
@@ -509,24 +484,19 @@ Dims parse_shape(const Json& value, const std::string& name, const std::string& 
   int64_t strides_product = 1;
   for (int64_t size : shape) {
     if (__builtin_mul_overflow(strides_product, std::max<int64_t>(size, 1), &strides_product))
-      reject(source, "tensor '{}': shape {} has too many elements (overflow)", name,
-             shape_str(shape));
+      reject(source, "tensor '{}': shape {} has too many elements (overflow)", name, shape_str(shape));
   }
   return shape;
 }
 
-void parse_offsets(const Json& value, HeaderEntry& entry, uint64_t data_size,
-                   const std::string& source) {
+void parse_offsets(const Json& value, HeaderEntry& entry, uint64_t data_size, const std::string& source) {
   const std::string& name = entry.name;
   if (!value.is_array() || value.size() != 2)
-    reject(source, "tensor '{}': data_offsets must be an array [begin, end], got {}", name,
-           value.dump());
+    reject(source, "tensor '{}': data_offsets must be an array [begin, end], got {}", name, value.dump());
   if (!as_unsigned(value[0], entry.begin) || !as_unsigned(value[1], entry.end))
-    reject(source, "tensor '{}': data_offsets {} must hold non-negative integers", name,
-           value.dump());
+    reject(source, "tensor '{}': data_offsets {} must hold non-negative integers", name, value.dump());
   if (entry.begin > entry.end)
-    reject(source, "tensor '{}': data_offsets [{}, {}] has begin > end", name, entry.begin,
-           entry.end);
+    reject(source, "tensor '{}': data_offsets [{}, {}] has begin > end", name, entry.begin, entry.end);
   if (entry.end > data_size)
     reject(source,
            "tensor '{}': data_offsets [{}, {}] are out of range: the data section holds {} "
@@ -549,31 +519,27 @@ void parse_offsets(const Json& value, HeaderEntry& entry, uint64_t data_size,
 ParsedHeader parse_header(std::string_view text, uint64_t data_size, const std::string& source) {
   std::vector<std::string> root_keys;
   const Json root = parse_header_json(text, source, root_keys);
-  if (!root.is_object())
-    reject(source, "the header must be a JSON object, got {}", root.type_name());
+  if (!root.is_object()) reject(source, "the header must be a JSON object, got {}", root.type_name());
   HEED_INTERNAL_ASSERT(root_keys.size() == root.size());
   ParsedHeader header;
   for (const std::string& name : root_keys) {
     const Json& value = root[name];
     if (name == kMetadataKey) {
-      if (!value.is_object())
-        reject(source, "__metadata__ must be an object of strings, got {}", value.type_name());
+      if (!value.is_object()) reject(source, "__metadata__ must be an object of strings, got {}", value.type_name());
       for (const auto& [key, item] : value.items()) {
         if (!item.is_string())
-          reject(source, "__metadata__ value of '{}' must be a string, got {} ({})", key,
-                 item.type_name(), item.dump());
+          reject(source, "__metadata__ value of '{}' must be a string, got {} ({})", key, item.type_name(),
+                 item.dump());
         header.metadata[key] = item.get<std::string>();
       }
       continue;
     }
     if (!value.is_object())
-      reject(source,
-             "tensor '{}': entry must be an object with dtype, shape and data_offsets, got {}",
-             name, value.type_name());
+      reject(source, "tensor '{}': entry must be an object with dtype, shape and data_offsets, got {}", name,
+             value.type_name());
     for (const auto& [key, ignored] : value.items()) {
       if (key != "dtype" && key != "shape" && key != "data_offsets")
-        reject(source, "tensor '{}': unexpected key '{}' (expected dtype, shape, data_offsets)",
-               name, key);
+        reject(source, "tensor '{}': unexpected key '{}' (expected dtype, shape, data_offsets)", name, key);
     }
     for (const char* key : {"dtype", "shape", "data_offsets"})
       if (!value.contains(key)) reject(source, "tensor '{}': missing '{}'", name, key);
@@ -591,8 +557,8 @@ ParsedHeader parse_header(std::string_view text, uint64_t data_size, const std::
   for (const HeaderEntry& entry : header.entries) {
     if (entry.begin == entry.end) continue;
     if (previous && entry.begin < previous->end)
-      reject(source, "tensors '{}' [{}, {}] and '{}' [{}, {}] have overlapping data ranges",
-             previous->name, previous->begin, previous->end, entry.name, entry.begin, entry.end);
+      reject(source, "tensors '{}' [{}, {}] and '{}' [{}, {}] have overlapping data ranges", previous->name,
+             previous->begin, previous->end, entry.name, entry.begin, entry.end);
     previous = &entry;
   }
   return header;
@@ -601,21 +567,18 @@ ParsedHeader parse_header(std::string_view text, uint64_t data_size, const std::
 // Reads `n` bytes at data-section offset `offset` into `dst` (bounds already checked).
 using ReadBytes = std::function<void(uint64_t offset, uint64_t n, void* dst)>;
 
-SafetensorsFile decode_safetensors(uint64_t total_size, const ReadBytes& read,
-                                   const std::string& source) {
+SafetensorsFile decode_safetensors(uint64_t total_size, const ReadBytes& read, const std::string& source) {
   if (total_size < 8)
-    reject(source, "the file is {} bytes, shorter than the 8-byte header length (truncated?)",
-           total_size);
+    reject(source, "the file is {} bytes, shorter than the 8-byte header length (truncated?)", total_size);
   uint8_t length_bytes[8];
   read(0, 8, length_bytes);
   uint64_t header_length = 0;
   for (int i = 0; i < 8; ++i) header_length |= static_cast<uint64_t>(length_bytes[i]) << (8 * i);
   if (header_length > total_size - 8)
-    reject(source, "header length {} is larger than the rest of the file ({} bytes; truncated?)",
-           header_length, total_size - 8);
+    reject(source, "header length {} is larger than the rest of the file ({} bytes; truncated?)", header_length,
+           total_size - 8);
   if (header_length > kMaxSafetensorsHeaderBytes)
-    reject(source, "header length {} exceeds the limit of {} bytes", header_length,
-           kMaxSafetensorsHeaderBytes);
+    reject(source, "header length {} exceeds the limit of {} bytes", header_length, kMaxSafetensorsHeaderBytes);
   if (header_length == 0) reject(source, "the header is empty (expected a JSON object)");
   std::string header_text(static_cast<size_t>(header_length), '\0');
   read(8, header_length, header_text.data());
@@ -642,8 +605,7 @@ SafetensorsFile decode_safetensors(uint64_t total_size, const ReadBytes& read,
 
 }  // namespace
 
-SafetensorsFile parse_safetensors(const uint8_t* data, size_t size,
-                                  const std::string& name_for_errors) {
+SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::string& name_for_errors) {
   if (data == nullptr && size > 0) reject(name_for_errors, "null data pointer with {} bytes", size);
   return decode_safetensors(
       size,
@@ -659,16 +621,12 @@ SafetensorsFile load_safetensors(const std::string& path) {
   auto [raw_fd, size] = open_regular_file(path, kLoadOp);
   FdCloser fd(raw_fd);
   return decode_safetensors(
-      size,
-      [&](uint64_t offset, uint64_t n, void* dst) {
-        pread_exact(fd.get(), dst, n, offset, path, kLoadOp);
-      },
+      size, [&](uint64_t offset, uint64_t n, void* dst) { pread_exact(fd.get(), dst, n, offset, path, kLoadOp); },
       path);
 }
 
 bool SafetensorsFile::contains(const std::string& name) const {
-  return std::any_of(tensors.begin(), tensors.end(),
-                     [&](const auto& entry) { return entry.first == name; });
+  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& entry) { return entry.first == name; });
 }
 
 Tensor SafetensorsFile::get(const std::string& name) const {
@@ -676,8 +634,8 @@ Tensor SafetensorsFile::get(const std::string& name) const {
     if (key == name) return tensor;
   std::vector<std::string> names;
   for (size_t i = 0; i < tensors.size() && i < 20; ++i) names.push_back(tensors[i].first);
-  fail("SafetensorsFile::get", "no tensor named '{}' (the file has {} tensors: {}{})", name,
-       tensors.size(), fmt::join(names, ", "), tensors.size() > 20 ? ", ..." : "");
+  fail("SafetensorsFile::get", "no tensor named '{}' (the file has {} tensors: {}{})", name, tensors.size(),
+       fmt::join(names, ", "), tensors.size() > 20 ? ", ..." : "");
 }
 
 }  // namespace heed::io

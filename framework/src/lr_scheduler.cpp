@@ -17,21 +17,18 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   for (const ParamGroup& group : optimizer.param_groups()) base_lrs_.push_back(group.lr);
 }
 
-void LRScheduler::check_step(int64_t step) const {
-  HEED_CHECK(step >= 0, name(), "step must be >= 0, got {}", step);
-}
+void LRScheduler::check_step(int64_t step) const { HEED_CHECK(step >= 0, name(), "step must be >= 0, got {}", step); }
 
 double LRScheduler::group_ratio(size_t group) const {
-  HEED_CHECK(group < base_lrs_.size(), name(), "no parameter group {} (the optimizer had {})",
-             group, base_lrs_.size());
+  HEED_CHECK(group < base_lrs_.size(), name(), "no parameter group {} (the optimizer had {})", group, base_lrs_.size());
   return base_lrs_[0] == 0.0 ? 1.0 : base_lrs_[group] / base_lrs_[0];
 }
 
 void LRScheduler::apply() {
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
   HEED_CHECK(groups.size() == base_lrs_.size(), name(),
-             "the optimizer has {} parameter groups, but the scheduler was made for {}",
-             groups.size(), base_lrs_.size());
+             "the optimizer has {} parameter groups, but the scheduler was made for {}", groups.size(),
+             base_lrs_.size());
   for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = get_lr(step_, g);
 }
 
@@ -46,18 +43,13 @@ std::vector<double> LRScheduler::last_lr() const {
   return lrs;
 }
 
-json LRScheduler::state_dict() const {
-  return {{"scheduler", name()}, {"step", step_}, {"base_lrs", base_lrs_}};
-}
+json LRScheduler::state_dict() const { return {{"scheduler", name()}, {"step", step_}, {"base_lrs", base_lrs_}}; }
 
 void LRScheduler::load_state_dict(const json& state) {
   constexpr const char* kOp = "LRScheduler::load_state_dict";
-  HEED_CHECK(state.is_object() && state.contains("scheduler") && state.contains("step") &&
-                 state.contains("base_lrs"),
-             kOp, "malformed scheduler state {} (expected scheduler, step and base_lrs)",
-             state.dump());
-  HEED_CHECK(state["scheduler"] == name(), kOp, "the state belongs to {}, not {}",
-             state["scheduler"].dump(), name());
+  HEED_CHECK(state.is_object() && state.contains("scheduler") && state.contains("step") && state.contains("base_lrs"),
+             kOp, "malformed scheduler state {} (expected scheduler, step and base_lrs)", state.dump());
+  HEED_CHECK(state["scheduler"] == name(), kOp, "the state belongs to {}, not {}", state["scheduler"].dump(), name());
   const json& step = state["step"];
   HEED_CHECK(step.is_number_integer() && step.get<int64_t>() >= 0, kOp,
              "malformed scheduler state: step must be an integer >= 0, got {}", step.dump());
@@ -80,8 +72,7 @@ void LRScheduler::load_state_dict(const json& state) {
 
 ConstantLR::ConstantLR(Optimizer& optimizer, double factor, int64_t total_iters)
     : LRScheduler(optimizer), factor_(factor), total_iters_(total_iters) {
-  HEED_CHECK(factor >= 0.0 && std::isfinite(factor), name(),
-             "factor must be finite and >= 0, got {}", factor);
+  HEED_CHECK(factor >= 0.0 && std::isfinite(factor), name(), "factor must be finite and >= 0, got {}", factor);
   HEED_CHECK(total_iters >= 0, name(), "total_iters must be >= 0, got {}", total_iters);
   apply();
 }
@@ -94,17 +85,12 @@ double ConstantLR::get_lr(int64_t step, size_t group) const {
 
 // ---- WarmupCosineLR -------------------------------------------------------------------------
 
-WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps,
-                               double min_lr)
-    : LRScheduler(optimizer),
-      warmup_steps_(warmup_steps),
-      total_steps_(total_steps),
-      min_lr_(min_lr) {
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_lr)
+    : LRScheduler(optimizer), warmup_steps_(warmup_steps), total_steps_(total_steps), min_lr_(min_lr) {
   HEED_CHECK(warmup_steps >= 0, name(), "warmup_steps must be >= 0, got {}", warmup_steps);
-  HEED_CHECK(total_steps >= warmup_steps, name(), "total_steps ({}) must be >= warmup_steps ({})",
-             total_steps, warmup_steps);
-  HEED_CHECK(min_lr >= 0.0 && std::isfinite(min_lr), name(),
-             "min_lr must be finite and >= 0, got {}", min_lr);
+  HEED_CHECK(total_steps >= warmup_steps, name(), "total_steps ({}) must be >= warmup_steps ({})", total_steps,
+             warmup_steps);
+  HEED_CHECK(min_lr >= 0.0 && std::isfinite(min_lr), name(), "min_lr must be finite and >= 0, got {}", min_lr);
   apply();
 }
 
@@ -112,8 +98,7 @@ double WarmupCosineLR::get_lr(int64_t step, size_t group) const {
   check_step(step);
   const double ratio = group_ratio(group);
   const double base = base_lrs_[group], min_lr = min_lr_ * ratio;
-  if (step < warmup_steps_)
-    return base * static_cast<double>(step) / static_cast<double>(warmup_steps_);
+  if (step < warmup_steps_) return base * static_cast<double>(step) / static_cast<double>(warmup_steps_);
   if (step > total_steps_ || total_steps_ == warmup_steps_) return min_lr;
   const double decay_ratio =
       static_cast<double>(step - warmup_steps_) / static_cast<double>(total_steps_ - warmup_steps_);
@@ -127,8 +112,7 @@ NoamLR::NoamLR(Optimizer& optimizer, int64_t d_model, int64_t warmup_steps, doub
     : LRScheduler(optimizer), d_model_(d_model), warmup_steps_(warmup_steps), factor_(factor) {
   HEED_CHECK(d_model > 0, name(), "d_model must be > 0, got {}", d_model);
   HEED_CHECK(warmup_steps > 0, name(), "warmup_steps must be > 0, got {}", warmup_steps);
-  HEED_CHECK(factor > 0.0 && std::isfinite(factor), name(), "factor must be finite and > 0, got {}",
-             factor);
+  HEED_CHECK(factor > 0.0 && std::isfinite(factor), name(), "factor must be finite and > 0, got {}", factor);
   apply();
 }
 

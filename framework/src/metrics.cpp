@@ -20,7 +20,8 @@ std::vector<std::string> tokens_of(const std::string& text) {
 
 std::map<std::vector<std::string>, long long> ngram_counts(const std::vector<std::string>& tokens, size_t n) {
   std::map<std::vector<std::string>, long long> counts;
-  for (size_t i = 0; i + n <= tokens.size(); ++i) ++counts[std::vector<std::string>(tokens.begin() + i, tokens.begin() + i + n)];
+  for (size_t i = 0; i + n <= tokens.size(); ++i)
+    ++counts[std::vector<std::string>(tokens.begin() + i, tokens.begin() + i + n)];
   return counts;
 }
 }  // namespace
@@ -64,9 +65,10 @@ BleuResult corpus_bleu(const std::vector<std::string>& hypotheses, const std::ve
   }
   for (double p : r.precisions) log_sum += p > 0.0 ? std::log(p) : -9999999999.0;
   if (r.hypothesis_length < r.reference_length) {
-    r.brevity_penalty = r.hypothesis_length > 0
-                            ? std::exp(1.0 - static_cast<double>(r.reference_length) / static_cast<double>(r.hypothesis_length))
-                            : 0.0;
+    r.brevity_penalty =
+        r.hypothesis_length > 0
+            ? std::exp(1.0 - static_cast<double>(r.reference_length) / static_cast<double>(r.hypothesis_length))
+            : 0.0;
   }
   r.score = r.brevity_penalty * std::exp(log_sum / 4.0);
   return r;

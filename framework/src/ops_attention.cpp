@@ -38,8 +38,7 @@ bool broadcasts_to(const Dims& mask, const Dims& target) {
 
 }  // namespace
 
-Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, Device device,
-                           const char* name) {
+Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, Device device, const char* name) {
   const int n = scores_shape.size();
   HEED_INTERNAL_ASSERT(n >= 2);
   const int64_t T = scores_shape[n - 2], S = scores_shape[n - 1];
@@ -48,8 +47,7 @@ Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, 
   Tensor keep;
   if (mask.causal || mask.window >= 0) {
     // position of query i is i + (S - T); key j
-    Tensor query_pos =
-        add_scalar(arange(static_cast<double>(T), idx), static_cast<double>(S - T)).unsqueeze(1);
+    Tensor query_pos = add_scalar(arange(static_cast<double>(T), idx), static_cast<double>(S - T)).unsqueeze(1);
     Tensor key_pos = arange(static_cast<double>(S), idx).unsqueeze(0);
     Tensor offset = query_pos - key_pos;  // (T,S): i_abs - j
     if (mask.causal) keep = ge(offset, zeros({}, idx));
@@ -62,14 +60,13 @@ Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, 
     const Tensor& len = mask.key_lengths;
     detail::check_index_dtype(len, name, "key_lengths");
     HEED_CHECK(len.dim() == 1 && n >= 3 && len.shape()[0] == scores_shape[0], name,
-               "key_lengths must have shape [B] = [{}] for scores of shape {}, got {}",
-               n >= 3 ? scores_shape[0] : -1, shape_str(scores_shape), shape_str(len.shape()));
-    HEED_CHECK(len.device() == device, name, "key_lengths is on {}, attention runs on {}",
-               len.device().str(), device.str());
+               "key_lengths must have shape [B] = [{}] for scores of shape {}, got {}", n >= 3 ? scores_shape[0] : -1,
+               shape_str(scores_shape), shape_str(len.shape()));
+    HEED_CHECK(len.device() == device, name, "key_lengths is on {}, attention runs on {}", len.device().str(),
+               device.str());
     const std::vector<int64_t> lengths = len.to_vector<int64_t>();
     for (size_t b = 0; b < lengths.size(); ++b)
-      HEED_CHECK(lengths[b] >= 0 && lengths[b] <= S, name,
-                 "key_lengths[{}] = {} is outside [0, {}]", b, lengths[b], S);
+      HEED_CHECK(lengths[b] >= 0 && lengths[b] <= S, name, "key_lengths[{}] = {} is outside [0, {}]", b, lengths[b], S);
     Tensor positions = arange(static_cast<double>(S), idx).unsqueeze(0);  // (1,S)
     Tensor valid = lt(positions, len.to(kInt64).unsqueeze(1));            // (B,S)
     keep = combine(keep, per_batch_keys(valid, scores_shape));
@@ -78,16 +75,15 @@ Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, 
     const Tensor& pad = mask.key_padding;
     HEED_CHECK(pad.dtype() == kBool, name, "key_padding must be bool (true = padding), got {}",
                dtype_name(pad.dtype()));
-    HEED_CHECK(pad.dim() == 2 && n >= 3 && pad.shape()[0] == scores_shape[0] && pad.shape()[1] == S,
-               name, "key_padding must have shape [B, S] = [{}, {}] for scores of shape {}, got {}",
+    HEED_CHECK(pad.dim() == 2 && n >= 3 && pad.shape()[0] == scores_shape[0] && pad.shape()[1] == S, name,
+               "key_padding must have shape [B, S] = [{}, {}] for scores of shape {}, got {}",
                n >= 3 ? scores_shape[0] : -1, S, shape_str(scores_shape), shape_str(pad.shape()));
     keep = combine(keep, per_batch_keys(logical_not(pad), scores_shape));
   }
   if (mask.keep.defined()) {
-    HEED_CHECK(
-        mask.keep.dtype() == kBool, name,
-        "the boolean mask must be bool (true = may attend); use `additive` for float masks, got {}",
-        dtype_name(mask.keep.dtype()));
+    HEED_CHECK(mask.keep.dtype() == kBool, name,
+               "the boolean mask must be bool (true = may attend); use `additive` for float masks, got {}",
+               dtype_name(mask.keep.dtype()));
     HEED_CHECK(broadcasts_to(mask.keep.shape(), scores_shape), name,
                "the boolean keep mask of shape {} does not broadcast to the scores' shape {}",
                shape_str(mask.keep.shape()), shape_str(scores_shape));
@@ -98,42 +94,38 @@ Tensor attention_keep_mask(const AttentionMask& mask, const Dims& scores_shape, 
 }
 
 void check_additive_mask(const Tensor& additive, const Dims& scores_shape, const char* name) {
-  HEED_CHECK(is_floating(additive.dtype()), name,
-             "the additive mask must be floating point, got {}", dtype_name(additive.dtype()));
+  HEED_CHECK(is_floating(additive.dtype()), name, "the additive mask must be floating point, got {}",
+             dtype_name(additive.dtype()));
   HEED_CHECK(broadcasts_to(additive.shape(), scores_shape), name,
-             "the additive mask of shape {} does not broadcast to the scores' shape {}",
-             shape_str(additive.shape()), shape_str(scores_shape));
+             "the additive mask of shape {} does not broadcast to the scores' shape {}", shape_str(additive.shape()),
+             shape_str(scores_shape));
 }
 
-AttentionResult scaled_dot_product_attention_with_weights(
-    const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask_in,
-    double dropout_p, std::optional<double> scale, bool is_causal) {
+AttentionResult scaled_dot_product_attention_with_weights(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                          const AttentionMask& mask_in, double dropout_p,
+                                                          std::optional<double> scale, bool is_causal) {
   const char* name = "scaled_dot_product_attention";
   for (const Tensor* t : {&q, &k, &v}) {
     detail::check_defined(*t, name);
     detail::check_floating(*t, name);
     detail::check_same_device(q, *t, name);
-    HEED_CHECK(t->dim() >= 2, name, "q, k and v need at least 2 dims (..., L, D); got shape {}",
-               shape_str(t->shape()));
+    HEED_CHECK(t->dim() >= 2, name, "q, k and v need at least 2 dims (..., L, D); got shape {}", shape_str(t->shape()));
   }
   const int64_t D = q.shape().back();
-  HEED_CHECK(k.shape().back() == D, name, "q has head dim {} but k has {} (shapes {} and {})", D,
-             k.shape().back(), shape_str(q.shape()), shape_str(k.shape()));
-  HEED_CHECK(k.size(-2) == v.size(-2), name,
-             "k and v must have the same number of keys: shapes {} and {}", shape_str(k.shape()),
-             shape_str(v.shape()));
+  HEED_CHECK(k.shape().back() == D, name, "q has head dim {} but k has {} (shapes {} and {})", D, k.shape().back(),
+             shape_str(q.shape()), shape_str(k.shape()));
+  HEED_CHECK(k.size(-2) == v.size(-2), name, "k and v must have the same number of keys: shapes {} and {}",
+             shape_str(k.shape()), shape_str(v.shape()));
   // The batch dims (...) of q, k and v must broadcast together.
   auto batch_dims = [](const Tensor& t) { return Dims(t.shape().begin(), t.shape().end() - 2); };
   broadcast_shapes(broadcast_shapes(batch_dims(q), batch_dims(k), name), batch_dims(v), name);
-  HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}",
-             dropout_p);
+  HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}", dropout_p);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
   HEED_CHECK(std::isfinite(s), name, "scale must be finite, got {}", s);
   AttentionMask mask = mask_in;
   mask.causal = mask.causal || is_causal;
 
-  const DType compute =
-      detail::compute_dtype(promote_types(promote_types(q.dtype(), k.dtype()), v.dtype()));
+  const DType compute = detail::compute_dtype(promote_types(promote_types(q.dtype(), k.dtype()), v.dtype()));
   const Tensor qs = mul_scalar(q.to(compute), s);               // (...,T,D)
   Tensor scores = matmul(qs, k.to(compute).transpose(-1, -2));  // (...,T,S)
   if (mask.additive.defined()) {
@@ -149,9 +141,8 @@ AttentionResult scaled_dot_product_attention_with_weights(
   return {output, weights};
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const AttentionMask& mask, double dropout_p,
-                                    std::optional<double> scale, bool is_causal) {
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                                    double dropout_p, std::optional<double> scale, bool is_causal) {
   // The fused kernel whenever the device has it and the shapes fit (O(T) memory); the
   // composed path otherwise, when the weights are wanted, or when the additive mask itself
   // needs a gradient (its gradient is a dense (T, S) tensor anyway).
@@ -159,8 +150,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!additive_needs_grad && flash_attention_supported(q, k, v))
     return detail_flash::flash_attention_impl(q, k, v, mask, dropout_p, scale, is_causal,
                                               "scaled_dot_product_attention");
-  return scaled_dot_product_attention_with_weights(q, k, v, mask, dropout_p, scale, is_causal)
-      .output;
+  return scaled_dot_product_attention_with_weights(q, k, v, mask, dropout_p, scale, is_causal).output;
 }
 
 }  // namespace heed::F

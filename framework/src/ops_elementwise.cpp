@@ -40,8 +40,7 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* nam
   const DType out_dtype = (kernels::is_comparison(op) || logical) ? kBool : dtype;
   Tensor out = make_empty(out_shape, out_dtype, a.device());
   if (out.numel() > 0)
-    HEED_KERNEL(a.device(), binary)(op, broadcast_view(A, out_shape), broadcast_view(B, out_shape),
-                                    view_of(out));
+    HEED_KERNEL(a.device(), binary)(op, broadcast_view(A, out_shape), broadcast_view(B, out_shape), view_of(out));
   return out;
 }
 
@@ -51,21 +50,18 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double alpha, const char* name) {
   if (op == UnaryOp::LogicalNot) {
     HEED_CHECK(dtype == kBool, name, "expects a bool tensor, got {}", dtype_name(dtype));
   } else {
-    HEED_CHECK(dtype != kBool, name, "arithmetic on a bool tensor is not supported (shape {})",
-               shape_str(x.shape()));
+    HEED_CHECK(dtype != kBool, name, "arithmetic on a bool tensor is not supported (shape {})", shape_str(x.shape()));
     // Integers stay integers where the result is exact (PyTorch promotes the rest to float).
     const bool integral_alpha = alpha == std::floor(alpha);
     const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign ||
-                            ((op == UnaryOp::ClampMin || op == UnaryOp::ClampMax ||
-                              op == UnaryOp::AddScalar || op == UnaryOp::MulScalar ||
-                              op == UnaryOp::RSubScalar) &&
+                            ((op == UnaryOp::ClampMin || op == UnaryOp::ClampMax || op == UnaryOp::AddScalar ||
+                              op == UnaryOp::MulScalar || op == UnaryOp::RSubScalar) &&
                              integral_alpha);
     if (!is_floating(dtype) && !integer_ok) dtype = kFloat32;
   }
   const Tensor src = (dtype == x.dtype() ? x.detach() : x.detach().to(dtype)).contiguous();
   Tensor out = make_empty(x.shape(), dtype, x.device());
-  if (out.numel() > 0)
-    HEED_KERNEL(x.device(), unary)(op, dtype, src.raw_data(), out.raw_data(), out.numel(), alpha);
+  if (out.numel() > 0) HEED_KERNEL(x.device(), unary)(op, dtype, src.raw_data(), out.raw_data(), out.numel(), alpha);
   return out;
 }
 
@@ -86,8 +82,7 @@ struct InputInfo {
   Dims shape;
   DType dtype;
   bool needs_grad;
-  explicit InputInfo(const Tensor& t)
-      : shape(t.shape()), dtype(t.dtype()), needs_grad(t.requires_grad()) {}
+  explicit InputInfo(const Tensor& t) : shape(t.shape()), dtype(t.dtype()), needs_grad(t.requires_grad()) {}
 };
 
 }  // namespace
@@ -95,8 +90,7 @@ struct InputInfo {
 // ---- binary arithmetic ----------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
-  Tensor out = binary_raw(BinaryOp::Add, a, alpha == 1.0 ? b : unary_raw(UnaryOp::MulScalar, b, alpha, "add"),
-                          "add");
+  Tensor out = binary_raw(BinaryOp::Add, a, alpha == 1.0 ? b : unary_raw(UnaryOp::MulScalar, b, alpha, "add"), "add");
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
     record_op("add", {&a, &b}, out, [ia, ib, alpha](const Tensor& g) -> std::vector<Tensor> {
@@ -197,8 +191,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 namespace {
 // Records a unary op whose gradient is f(g, saved) with `saved` the input or the output.
 template <typename GradFn>
-Tensor unary_op(UnaryOp op, const Tensor& x, double alpha, const char* name, bool save_output,
-                GradFn grad_fn) {
+Tensor unary_op(UnaryOp op, const Tensor& x, double alpha, const char* name, bool save_output, GradFn grad_fn) {
   Tensor out = unary_raw(op, x, alpha, name);
   if (any_requires_grad({&x})) {
     const DType in_dtype = x.dtype();
@@ -224,8 +217,7 @@ Tensor add_scalar(const Tensor& x, double value) {
   return unary_op_nosave(UnaryOp::AddScalar, x, value, "add_scalar", [](const Tensor& g) { return g; });
 }
 Tensor mul_scalar(const Tensor& x, double value) {
-  return unary_op_nosave(UnaryOp::MulScalar, x, value, "mul_scalar",
-                         [value](const Tensor& g) { return g * value; });
+  return unary_op_nosave(UnaryOp::MulScalar, x, value, "mul_scalar", [value](const Tensor& g) { return g * value; });
 }
 Tensor rsub_scalar(const Tensor& x, double value) {
   return unary_op_nosave(UnaryOp::RSubScalar, x, value, "rsub_scalar", [](const Tensor& g) { return neg(g); });
@@ -235,9 +227,8 @@ Tensor rdiv_scalar(const Tensor& x, double value) {
   Tensor out = unary_raw(UnaryOp::RDivScalar, x, value, "rdiv_scalar");
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "rdiv_scalar"), sout(out, "rdiv_scalar");
-    record_op("rdiv_scalar", {&x}, out, [sx, sout](const Tensor& g) -> std::vector<Tensor> {
-      return {neg(g * sout.get() / sx.get())};
-    });
+    record_op("rdiv_scalar", {&x}, out,
+              [sx, sout](const Tensor& g) -> std::vector<Tensor> { return {neg(g * sout.get() / sx.get())}; });
   }
   return out;
 }
@@ -251,8 +242,7 @@ Tensor log(const Tensor& x) {
   return unary_op(UnaryOp::Log, x, 0, "log", false, [](const Tensor& g, const Tensor& x) { return g / x; });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary_op(UnaryOp::Sqrt, x, 0, "sqrt", true,
-                  [](const Tensor& g, const Tensor& y) { return g * 0.5 / y; });
+  return unary_op(UnaryOp::Sqrt, x, 0, "sqrt", true, [](const Tensor& g, const Tensor& y) { return g * 0.5 / y; });
 }
 Tensor rsqrt(const Tensor& x) {
   // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
@@ -260,8 +250,7 @@ Tensor rsqrt(const Tensor& x) {
                   [](const Tensor& g, const Tensor& y) { return g * pow(y, 3.0) * -0.5; });
 }
 Tensor abs(const Tensor& x) {
-  return unary_op(UnaryOp::Abs, x, 0, "abs", false,
-                  [](const Tensor& g, const Tensor& x) { return g * sign(x); });
+  return unary_op(UnaryOp::Abs, x, 0, "abs", false, [](const Tensor& g, const Tensor& x) { return g * sign(x); });
 }
 Tensor sign(const Tensor& x) { return unary_raw(UnaryOp::Sign, x, 0, "sign"); }
 Tensor relu(const Tensor& x) {
@@ -301,15 +290,14 @@ Tensor square(const Tensor& x) { return pow(x, 2.0); }
 
 Tensor clamp(const Tensor& x, double min_value, double max_value) {
   HEED_CHECK(!(min_value > max_value), "clamp", "min {} is larger than max {}", min_value, max_value);
-  Tensor out = unary_raw(UnaryOp::ClampMax, unary_raw(UnaryOp::ClampMin, x, min_value, "clamp"), max_value,
-                         "clamp");
+  Tensor out = unary_raw(UnaryOp::ClampMax, unary_raw(UnaryOp::ClampMin, x, min_value, "clamp"), max_value, "clamp");
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "clamp");
     record_op("clamp", {&x}, out, [sx, min_value, max_value](const Tensor& g) -> std::vector<Tensor> {
       Tensor x = sx.get();
       const TensorOptions bound_options = TensorOptions(x.dtype()).device(x.device());
-      Tensor inside = logical_and(ge(x, scalar_tensor(min_value, bound_options)),
-                                  le(x, scalar_tensor(max_value, bound_options)));
+      Tensor inside =
+          logical_and(ge(x, scalar_tensor(min_value, bound_options)), le(x, scalar_tensor(max_value, bound_options)));
       return {where(inside, g, zeros({}, g.options()))};
     });
   }
@@ -325,12 +313,8 @@ Tensor le(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Le, a,
 Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Ge, a, b, "ge"); }
 Tensor logical_not(const Tensor& x) { return unary_raw(UnaryOp::LogicalNot, x, 0, "logical_not"); }
-Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return binary_raw(BinaryOp::LogicalAnd, a, b, "logical_and");
-}
-Tensor logical_or(const Tensor& a, const Tensor& b) {
-  return binary_raw(BinaryOp::LogicalOr, a, b, "logical_or");
-}
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalAnd, a, b, "logical_and"); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalOr, a, b, "logical_or"); }
 
 bool isfinite_all(const Tensor& x) {
   detail::check_defined(x, "isfinite_all");
@@ -364,15 +348,14 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   HEED_CHECK(condition.dtype() == kBool, "where", "condition must be bool, got {} of shape {}",
              dtype_name(condition.dtype()), shape_str(condition.shape()));
   const DType dtype = promote_types(a.dtype(), b.dtype());
-  const Dims out_shape =
-      broadcast_shapes(condition.shape(), broadcast_shapes(a.shape(), b.shape(), "where"), "where");
+  const Dims out_shape = broadcast_shapes(condition.shape(), broadcast_shapes(a.shape(), b.shape(), "where"), "where");
   const Tensor A = a.dtype() == dtype ? a : a.detach().to(dtype);
   const Tensor B = b.dtype() == dtype ? b : b.detach().to(dtype);
   Tensor out = detail::make_empty(out_shape, dtype, a.device());
   if (out.numel() > 0)
-    HEED_KERNEL(a.device(), where)(detail::broadcast_view(condition, out_shape),
-                                   detail::broadcast_view(A, out_shape), detail::broadcast_view(B, out_shape),
-                                   detail::view_of(out));
+    HEED_KERNEL(a.device(), where)
+    (detail::broadcast_view(condition, out_shape), detail::broadcast_view(A, out_shape),
+     detail::broadcast_view(B, out_shape), detail::view_of(out));
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
     SavedTensor sc(condition, "where");
@@ -389,22 +372,20 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   detail::check_defined(x, "masked_fill");
   detail::check_defined(mask, "masked_fill", "mask");
   detail::check_same_device(x, mask, "masked_fill");
-  HEED_CHECK(mask.dtype() == kBool, "masked_fill", "mask must be bool, got {} of shape {}",
-             dtype_name(mask.dtype()), shape_str(mask.shape()));
+  HEED_CHECK(mask.dtype() == kBool, "masked_fill", "mask must be bool, got {} of shape {}", dtype_name(mask.dtype()),
+             shape_str(mask.shape()));
   HEED_CHECK(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape(), "masked_fill",
-             "mask of shape {} must broadcast to the input's shape {}", shape_str(mask.shape()),
-             shape_str(x.shape()));
+             "mask of shape {} must broadcast to the input's shape {}", shape_str(mask.shape()), shape_str(x.shape()));
   Tensor fill_value = scalar_tensor(value, TensorOptions(x.dtype()).device(x.device()));
   Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device());
   if (out.numel() > 0)
-    HEED_KERNEL(x.device(), where)(detail::broadcast_view(mask, x.shape()),
-                                   detail::broadcast_view(fill_value, x.shape()), detail::view_of(x),
-                                   detail::view_of(out));
+    HEED_KERNEL(x.device(), where)
+    (detail::broadcast_view(mask, x.shape()), detail::broadcast_view(fill_value, x.shape()), detail::view_of(x),
+     detail::view_of(out));
   if (any_requires_grad({&x})) {
     SavedTensor sm(mask, "masked_fill");
-    record_op("masked_fill", {&x}, out, [sm](const Tensor& g) -> std::vector<Tensor> {
-      return {where(sm.get(), zeros({}, g.options()), g)};
-    });
+    record_op("masked_fill", {&x}, out,
+              [sm](const Tensor& g) -> std::vector<Tensor> { return {where(sm.get(), zeros({}, g.options()), g)}; });
   }
   return out;
 }
@@ -430,12 +411,24 @@ Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-Tensor operator<(const Tensor& a, double b) { return lt(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator>(const Tensor& a, double b) { return gt(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator<=(const Tensor& a, double b) { return le(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator>=(const Tensor& a, double b) { return ge(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator==(const Tensor& a, double b) { return eq(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator!=(const Tensor& a, double b) { return ne(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device()))); }
+Tensor operator<(const Tensor& a, double b) {
+  return lt(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device())));
+}
+Tensor operator>(const Tensor& a, double b) {
+  return gt(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device())));
+}
+Tensor operator<=(const Tensor& a, double b) {
+  return le(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device())));
+}
+Tensor operator>=(const Tensor& a, double b) {
+  return ge(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device())));
+}
+Tensor operator==(const Tensor& a, double b) {
+  return eq(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device())));
+}
+Tensor operator!=(const Tensor& a, double b) {
+  return ne(a, scalar_tensor(b, TensorOptions(a.dtype()).device(a.device())));
+}
 Tensor operator!(const Tensor& a) { return logical_not(a); }
 Tensor operator&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
 Tensor operator|(const Tensor& a, const Tensor& b) { return logical_or(a, b); }

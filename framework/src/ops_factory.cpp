@@ -18,8 +18,8 @@ void check_factory(const Dims& shape, const TensorOptions& options, const char* 
   int64_t numel = 1;
   for (int64_t s : shape) {
     HEED_CHECK(s >= 0, op, "negative size {} in shape {}", s, shape_str(shape));
-    HEED_CHECK(s == 0 || numel <= std::numeric_limits<int64_t>::max() / 8 / s, op,
-               "shape {} has too many elements", shape_str(shape));
+    HEED_CHECK(s == 0 || numel <= std::numeric_limits<int64_t>::max() / 8 / s, op, "shape {} has too many elements",
+               shape_str(shape));
     numel *= s;
   }
   HEED_CHECK(!options.requires_grad() || is_floating(options.dtype()), op,
@@ -27,9 +27,12 @@ void check_factory(const Dims& shape, const TensorOptions& options, const char* 
   if (options.device().is_cuda()) {
     // Probed once (the runtime call is not free); any CUDA error means "no device".
     static const int count = cuda::device_count();
-    HEED_CHECK(options.device().index >= 0 && options.device().index < count, op,
-               "CUDA device {} is not available ({} device(s) found: {})", options.device().index, count,
-               count > 0 ? std::string("bad device index") : cuda::unavailable_reason());
+    HEED_CHECK(options.device().index >= 0 &&
+                       options.device()
+                           .index<count, op, "CUDA device {} is not available ({} device(s) found: {})",
+                                  options.device().index, count, count> 0
+                   ? std::string("bad device index")
+                   : cuda::unavailable_reason());
   }
 }
 
@@ -54,12 +57,8 @@ Tensor empty(const Dims& shape, TensorOptions options) {
 Tensor full(const Dims& shape, double value, TensorOptions options) {
   return full_named(shape, value, options, "full");
 }
-Tensor zeros(const Dims& shape, TensorOptions options) {
-  return full_named(shape, 0.0, options, "zeros");
-}
-Tensor ones(const Dims& shape, TensorOptions options) {
-  return full_named(shape, 1.0, options, "ones");
-}
+Tensor zeros(const Dims& shape, TensorOptions options) { return full_named(shape, 0.0, options, "zeros"); }
+Tensor ones(const Dims& shape, TensorOptions options) { return full_named(shape, 1.0, options, "ones"); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
@@ -69,13 +68,11 @@ Tensor scalar_tensor(double value, TensorOptions options) { return full({}, valu
 Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
-  HEED_CHECK(step != 0.0 && std::isfinite(step), "arange",
-             "step must be finite and non-zero, got {}", step);
+  HEED_CHECK(step != 0.0 && std::isfinite(step), "arange", "step must be finite and non-zero, got {}", step);
   HEED_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "start and end must be finite");
   check_factory({}, options, "arange");
   const double count = std::ceil((end - start) / step);
-  HEED_CHECK(count < 9.2e18, "arange", "[{}, {}) in steps of {} has too many elements", start, end,
-             step);
+  HEED_CHECK(count < 9.2e18, "arange", "[{}, {}) in steps of {} has too many elements", start, end, step);
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   Tensor t = detail::make_empty({n}, options.dtype(), options.device());
   if (n > 0) HEED_KERNEL(t.device(), arange)(t.dtype(), t.raw_data(), n, start, step);
@@ -84,21 +81,18 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 
 namespace {
 // `integers`: randint (an integer dtype, [a, b) integers); otherwise a floating dtype.
-Tensor random_tensor(const Dims& shape, kernels::RandomKind kind, double a, double b,
-                     TensorOptions options, const char* name, bool integers = false) {
+Tensor random_tensor(const Dims& shape, kernels::RandomKind kind, double a, double b, TensorOptions options,
+                     const char* name, bool integers = false) {
   check_factory(shape, options, name);
   if (integers) {
-    HEED_CHECK(is_integral(options.dtype()), name, "expects an integer dtype, got {}",
-               dtype_name(options.dtype()));
+    HEED_CHECK(is_integral(options.dtype()), name, "expects an integer dtype, got {}", dtype_name(options.dtype()));
   } else {
-    HEED_CHECK(is_floating(options.dtype()), name, "expects a floating dtype, got {}",
-               dtype_name(options.dtype()));
+    HEED_CHECK(is_floating(options.dtype()), name, "expects a floating dtype, got {}", dtype_name(options.dtype()));
   }
   Tensor t = detail::make_empty(shape, options.dtype(), options.device());
   Generator& gen = default_generator();
   const kernels::PhiloxState state{gen.seed(), gen.advance(static_cast<uint64_t>(t.numel()))};
-  if (t.numel() > 0)
-    HEED_KERNEL(t.device(), random)(kind, t.dtype(), t.raw_data(), t.numel(), a, b, state);
+  if (t.numel() > 0) HEED_KERNEL(t.device(), random)(kind, t.dtype(), t.raw_data(), t.numel(), a, b, state);
   return finish(t, options);
 }
 }  // namespace
@@ -118,14 +112,12 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, TensorOptions optio
   HEED_CHECK(low < high, "randint", "low {} must be below high {}", low, high);
   // The bounds travel to the kernel as doubles: keep them exact (|bound| <= 2^53).
   constexpr int64_t kExact = int64_t{1} << 53;
-  HEED_CHECK(low >= -kExact && high <= kExact, "randint",
-             "bounds must lie in [-2^53, 2^53], got [{}, {})", low, high);
+  HEED_CHECK(low >= -kExact && high <= kExact, "randint", "bounds must lie in [-2^53, 2^53], got [{}, {})", low, high);
   if (options.dtype() == kInt32)
-    HEED_CHECK(low >= std::numeric_limits<int32_t>::min() &&
-                   high - 1 <= std::numeric_limits<int32_t>::max(),
-               "randint", "[{}, {}) does not fit int32", low, high);
-  return random_tensor(shape, kernels::RandomKind::Uniform, static_cast<double>(low),
-                       static_cast<double>(high), options, "randint", /*integers=*/true);
+    HEED_CHECK(low >= std::numeric_limits<int32_t>::min() && high - 1 <= std::numeric_limits<int32_t>::max(), "randint",
+               "[{}, {}) does not fit int32", low, high);
+  return random_tensor(shape, kernels::RandomKind::Uniform, static_cast<double>(low), static_cast<double>(high),
+                       options, "randint", /*integers=*/true);
 }
 
 Tensor eye(int64_t n, TensorOptions options) {
@@ -160,8 +152,7 @@ template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Dims& shape, TensorOptions options) {
   check_factory(shape, options, "from_vector");
   HEED_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector",
-             "{} values cannot fill shape {} ({} elements)", values.size(), shape_str(shape),
-             shape_numel(shape));
+             "{} values cannot fill shape {} ({} elements)", values.size(), shape_str(shape), shape_numel(shape));
   // Stage as the source type on the CPU, then convert dtype and device.
   Tensor host = detail::make_empty(shape, dtype_of<T>, kCPU);
   if (!values.empty()) {

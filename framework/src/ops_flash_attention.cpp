@@ -65,9 +65,7 @@ Tensor kernel_operand(const Tensor& t, DType compute) {
   return c.stride(-1) == 1 || c.size(-1) == 1 ? c : c.contiguous();
 }
 
-kernels::AttentionLayout layout_of(const Tensor& t4) {
-  return {t4.stride(0), t4.stride(1), t4.stride(2)};
-}
+kernels::AttentionLayout layout_of(const Tensor& t4) { return {t4.stride(0), t4.stride(1), t4.stride(2)}; }
 
 // Everything the backward closure needs to re-run the kernel.
 struct FlashState {
@@ -207,11 +205,10 @@ Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor
     const bool need_q = q_in.requires_grad(), need_k = k_in.requires_grad(), need_v = v_in.requires_grad();
     const DType dq_type = q_in.dtype(), dk_type = k_in.dtype(), dv_type = v_in.dtype();
     const Dims q_shape = q_in.shape(), k_shape = k_in.shape(), v_shape = v_in.shape();
-    auto st = std::make_shared<FlashState>(FlashState{args, SavedTensor(q, name), SavedTensor(k, name),
-                                                      SavedTensor(v, name), SavedTensor(out, name),
-                                                      SavedTensor(lse, name), SavedTensor(masks.keep, name),
-                                                      SavedTensor(masks.additive, name),
-                                                      SavedTensor(masks.key_lengths, name)});
+    auto st = std::make_shared<FlashState>(
+        FlashState{args, SavedTensor(q, name), SavedTensor(k, name), SavedTensor(v, name), SavedTensor(out, name),
+                   SavedTensor(lse, name), SavedTensor(masks.keep, name), SavedTensor(masks.additive, name),
+                   SavedTensor(masks.key_lengths, name)});
     record_op(name, {&q_in, &k_in, &v_in}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       const Tensor gc = kernel_operand(g, compute);
       Tensor dq = detail::make_empty({B, H, T, D}, compute, g.device());
@@ -248,9 +245,7 @@ Tensor flash_attention_packed(const Tensor& qkv_in, int64_t heads, const Attenti
   if (qkv.stride(2) != 1) qkv = qkv.contiguous();
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = heads, dh = C / H;
   // (B, T, C) slices seen as (B, H, T, dh) without copying.
-  auto head_view = [&](int64_t part) {
-    return qkv.narrow(2, part * C, C).view({B, T, H, dh}).permute({0, 2, 1, 3});
-  };
+  auto head_view = [&](int64_t part) { return qkv.narrow(2, part * C, C).view({B, T, H, dh}).permute({0, 2, 1, 3}); };
   const Tensor q = head_view(0), k = head_view(1), v = head_view(2);
   kernels::FlashAttentionArgs args = base_args(name, compute, B, H, T, T, dh, dh, mask, dropout_p, scale, false);
   const PreparedMasks masks = prepare_masks(mask, {B, H, T, T}, compute, qkv.device(), name);
@@ -260,9 +255,9 @@ Tensor flash_attention_packed(const Tensor& qkv_in, int64_t heads, const Attenti
   if (any_requires_grad({&qkv_in})) {
     const DType in_dtype = qkv_in.dtype();
     auto st = std::make_shared<FlashState>(FlashState{
-        args, SavedTensor(q, name), SavedTensor(k, name), SavedTensor(v, name), SavedTensor(out_bthd.permute({0, 2, 1, 3}), name),
-        SavedTensor(lse, name), SavedTensor(masks.keep, name), SavedTensor(masks.additive, name),
-        SavedTensor(masks.key_lengths, name)});
+        args, SavedTensor(q, name), SavedTensor(k, name), SavedTensor(v, name),
+        SavedTensor(out_bthd.permute({0, 2, 1, 3}), name), SavedTensor(lse, name), SavedTensor(masks.keep, name),
+        SavedTensor(masks.additive, name), SavedTensor(masks.key_lengths, name)});
     record_op(name, {&qkv_in}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       // g (B,T,C) as (B,H,T,dh); the three gradients land in one (B,T,3C) tensor.
       Tensor gc = kernel_operand(g, compute);

@@ -192,8 +192,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
              "expects floating-point operands, got {} and {}", dtype_name(a.dtype()), dtype_name(b.dtype()));
   const int64_t ka = a.shape()[a.dim() - 1];
   const int64_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
-  HEED_CHECK(ka == kb, "matmul",
-             "shapes {} and {} cannot be multiplied: expected a.size(-1) == b.size(-2) ({} vs {})",
+  HEED_CHECK(ka == kb, "matmul", "shapes {} and {} cannot be multiplied: expected a.size(-1) == b.size(-2) ({} vs {})",
              shape_str(a.shape()), shape_str(b.shape()), ka, kb);
   // Autocast: float32/16-bit operands in the autocast dtype (weights through the cast cache);
   // the gemm still accumulates in float32.

@@ -42,8 +42,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
       Tensor g_rows = (last ? g : g.transpose(d, -1)).contiguous();
       Tensor gx = detail::make_empty(y.shape(), y.dtype(), y.device());
       if (gx.numel() > 0)
-        HEED_KERNEL(y.device(), softmax_backward)(y.dtype(), y.raw_data(), g_rows.raw_data(), gx.raw_data(),
-                                                  nrows, cols, log);
+        HEED_KERNEL(y.device(), softmax_backward)
+        (y.dtype(), y.raw_data(), g_rows.raw_data(), gx.raw_data(), nrows, cols, log);
       return {last ? gx : gx.transpose(d, -1)};
     });
   }
@@ -66,11 +66,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   HEED_CHECK(weight.dim() == 2, "linear", "weight must be 2-D (out_features, in_features), got shape {}",
              shape_str(weight.shape()));
   HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear",
-             "input of shape {} does not match weight of shape {}: expected input.size(-1) == {}",
-             shape_str(x.shape()), shape_str(weight.shape()), weight.shape()[1]);
+             "input of shape {} does not match weight of shape {}: expected input.size(-1) == {}", shape_str(x.shape()),
+             shape_str(weight.shape()), weight.shape()[1]);
   if (bias.defined())
-    HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear",
-               "bias must have shape [{}], got {}", weight.shape()[0], shape_str(bias.shape()));
+    HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear", "bias must have shape [{}], got {}",
+               weight.shape()[0], shape_str(bias.shape()));
   if (amp::autocast_enabled()) [[unlikely]] {
     // Input, weight and bias in the autocast dtype; the weight and bias (parameters) are
     // converted once per scope through the cast cache, before the transposed view is taken.
@@ -143,29 +143,31 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   Tensor row_loss = detail::make_empty({rows}, compute, x.device());
   Tensor row_lse = detail::make_empty({rows}, compute, x.device());
   if (rows > 0)
-    HEED_KERNEL(x.device(), cross_entropy_forward)(x.dtype(), x.raw_data(), t64.data_ptr<int64_t>(), rows,
-                                                   classes, options.ignore_index, options.label_smoothing,
-                                                   row_loss.raw_data(), row_lse.raw_data());
+    HEED_KERNEL(x.device(), cross_entropy_forward)
+    (x.dtype(), x.raw_data(), t64.data_ptr<int64_t>(), rows, classes, options.ignore_index, options.label_smoothing,
+     row_loss.raw_data(), row_lse.raw_data());
   Tensor loss;
   {
     NoGradGuard no_grad;
-    loss = valid == 0 ? zeros({}, TensorOptions(compute).device(x.device())) : mul_scalar(sum(row_loss), 1.0 / static_cast<double>(valid));
+    loss = valid == 0 ? zeros({}, TensorOptions(compute).device(x.device()))
+                      : mul_scalar(sum(row_loss), 1.0 / static_cast<double>(valid));
   }
   if (any_requires_grad({&logits})) {
     SavedTensor sx(x, name), st(t64, name), slse(row_lse, name);
     const DType in_dtype = logits.dtype();
     const Dims in_shape = logits.shape();
-    record_op(name, {&logits}, loss,
-              [sx, st, slse, rows, classes, valid, options, in_dtype, in_shape](const Tensor& g) -> std::vector<Tensor> {
-                Tensor x = sx.get();
-                Tensor grad = detail::make_empty(x.shape(), x.dtype(), x.device());
-                if (valid == 0 || rows == 0) return {zeros(in_shape, TensorOptions(in_dtype).device(x.device()))};
-                const double scale = g.item<double>() / static_cast<double>(valid);
-                HEED_KERNEL(x.device(), cross_entropy_backward)(
-                    x.dtype(), x.raw_data(), st.get().data_ptr<int64_t>(), slse.get().raw_data(), rows, classes,
-                    options.ignore_index, options.label_smoothing, scale, grad.raw_data());
-                return {grad};
-              });
+    record_op(
+        name, {&logits}, loss,
+        [sx, st, slse, rows, classes, valid, options, in_dtype, in_shape](const Tensor& g) -> std::vector<Tensor> {
+          Tensor x = sx.get();
+          Tensor grad = detail::make_empty(x.shape(), x.dtype(), x.device());
+          if (valid == 0 || rows == 0) return {zeros(in_shape, TensorOptions(in_dtype).device(x.device()))};
+          const double scale = g.item<double>() / static_cast<double>(valid);
+          HEED_KERNEL(x.device(), cross_entropy_backward)
+          (x.dtype(), x.raw_data(), st.get().data_ptr<int64_t>(), slse.get().raw_data(), rows, classes,
+           options.ignore_index, options.label_smoothing, scale, grad.raw_data());
+          return {grad};
+        });
   }
   return loss;
 }
@@ -177,8 +179,7 @@ namespace {
 Tensor dropout_scale(const Dims& shape, DType dtype, Device device, double p, kernels::PhiloxState state) {
   const int64_t n = shape_numel(shape);
   Tensor keep = detail::make_empty(shape, kBool, device);
-  if (n > 0)
-    HEED_KERNEL(device, dropout_mask)(static_cast<uint8_t*>(keep.raw_data()), n, p, state);
+  if (n > 0) HEED_KERNEL(device, dropout_mask)(static_cast<uint8_t*>(keep.raw_data()), n, p, state);
   Tensor scale = keep.to(dtype);
   return detail::unary_raw(kernels::UnaryOp::MulScalar, scale, 1.0 / (1.0 - p), "dropout");
 }
@@ -192,8 +193,8 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (p == 1.0) return x * 0.0;
   Generator& gen = default_generator();
   const kernels::PhiloxState state{gen.seed(), gen.advance(static_cast<uint64_t>(x.numel()))};
-  Tensor out = detail::binary_raw(kernels::BinaryOp::Mul, x,
-                                  dropout_scale(x.shape(), x.dtype(), x.device(), p, state), "dropout");
+  Tensor out = detail::binary_raw(kernels::BinaryOp::Mul, x, dropout_scale(x.shape(), x.dtype(), x.device(), p, state),
+                                  "dropout");
   if (any_requires_grad({&x})) {
     const Dims shape = x.shape();
     const DType dtype = x.dtype();

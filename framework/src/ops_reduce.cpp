@@ -89,17 +89,16 @@ Tensor run_reduce(ReduceOp op, const ReducePlan& plan, DType out_dtype, Tensor* 
     out.fill_(0.0);
     return out;
   }
-  HEED_KERNEL(in.device(), reduce)(op, in.dtype(), in.raw_data(), plan.outer, plan.extent, plan.inner,
-                                   out.raw_data(), indices ? indices->data_ptr<int64_t>() : nullptr);
+  HEED_KERNEL(in.device(), reduce)
+  (op, in.dtype(), in.raw_data(), plan.outer, plan.extent, plan.inner, out.raw_data(),
+   indices ? indices->data_ptr<int64_t>() : nullptr);
   return out;
 }
 
 DType sum_dtype(DType t) { return (t == kBool || is_integral(t)) ? kInt64 : t; }
 
 // Under autocast, reductions of 16-bit inputs run in (and return) float32.
-bool autocast_to_float32(const Tensor& x) {
-  return amp::autocast_enabled() && x.defined() && is_half(x.dtype());
-}
+bool autocast_to_float32(const Tensor& x) { return amp::autocast_enabled() && x.defined() && is_half(x.dtype()); }
 
 // sum and mean without autocast: gradient helpers (sum_to, var's backward) keep dtypes even
 // when backward runs inside an autocast scope.
@@ -151,8 +150,8 @@ Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction) {
   ReducePlan plan = plan_reduction(x, dims, "var");
   Tensor out = detail::make_empty(plan.out_shape, x.dtype(), x.device());
   if (out.numel() > 0)
-    HEED_KERNEL(x.device(), variance)(x.dtype(), plan.input.raw_data(), plan.outer, plan.extent, plan.inner,
-                                      correction, out.raw_data());
+    HEED_KERNEL(x.device(), variance)
+    (x.dtype(), plan.input.raw_data(), plan.outer, plan.extent, plan.inner, correction, out.raw_data());
   if (keepdim) out = out.view(plan.keep_shape);
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "var");
@@ -178,21 +177,20 @@ Tensor scatter_to_winners(const Tensor& g, const Tensor& indices, const Dims& in
   Tensor grad = zeros(in_shape, g.options());
   const Tensor gc = g.contiguous(), ic = indices.contiguous();
   if (dim < 0) {  // a full reduction: index into the flattened input
-    HEED_KERNEL(g.device(), index_add)(g.dtype(), grad.raw_data(), 1, shape_numel(in_shape), 1,
-                                       ic.data_ptr<int64_t>(), 1, gc.raw_data());
+    HEED_KERNEL(g.device(), index_add)
+    (g.dtype(), grad.raw_data(), 1, shape_numel(in_shape), 1, ic.data_ptr<int64_t>(), 1, gc.raw_data());
     return grad;
   }
   const int64_t outer = detail::prod(in_shape, 0, dim), extent = in_shape[dim],
                 inner = detail::prod(in_shape, dim + 1, in_shape.size());
-  HEED_KERNEL(g.device(), scatter_add)(g.dtype(), grad.raw_data(), outer, extent, inner,
-                                       ic.data_ptr<int64_t>(), 1, gc.raw_data());
+  HEED_KERNEL(g.device(), scatter_add)
+  (g.dtype(), grad.raw_data(), outer, extent, inner, ic.data_ptr<int64_t>(), 1, gc.raw_data());
   return grad;
 }
 
 Tensor full_extremum(const Tensor& x, ReduceOp op, const char* name) {
   detail::check_defined(x, name);
-  HEED_CHECK(x.numel() > 0, name, "cannot take the {} of an empty tensor (shape {})", name,
-             shape_str(x.shape()));
+  HEED_CHECK(x.numel() > 0, name, "cannot take the {} of an empty tensor (shape {})", name, shape_str(x.shape()));
   ReducePlan plan = plan_reduction(x.detach().contiguous().reshape({x.numel()}), {}, name);
   Tensor index;
   Tensor out = run_reduce(op, plan, x.dtype(), &index, name);
@@ -210,8 +208,7 @@ ValuesIndices dim_extremum(const Tensor& x, int64_t dim, bool keepdim, ReduceOp 
   detail::check_defined(x, name);
   const int d = normalize_dim(dim, x.dim(), name);
   if (x.dim() > 0)
-    HEED_CHECK(x.shape()[d] > 0, name, "cannot reduce over dim {} of size 0 (shape {})", d,
-               shape_str(x.shape()));
+    HEED_CHECK(x.shape()[d] > 0, name, "cannot reduce over dim {} of size 0 (shape {})", d, shape_str(x.shape()));
   const Tensor src = x.detach().contiguous();
   ReducePlan plan = plan_reduction(src, {d}, name);
   Tensor index;
@@ -247,8 +244,7 @@ Tensor arg_extremum(const Tensor& x, int64_t dim, bool keepdim, ReduceOp op, con
   detail::check_defined(x, name);
   const int d = normalize_dim(dim, x.dim(), name);
   if (x.dim() > 0)
-    HEED_CHECK(x.shape()[d] > 0, name, "cannot reduce over dim {} of size 0 (shape {})", d,
-               shape_str(x.shape()));
+    HEED_CHECK(x.shape()[d] > 0, name, "cannot reduce over dim {} of size 0 (shape {})", d, shape_str(x.shape()));
   ReducePlan plan = plan_reduction(x.detach().contiguous(), {d}, name);
   Tensor out = run_reduce(op, plan, kInt64, nullptr, name);
   return keepdim ? out.view(plan.keep_shape) : out;
@@ -281,8 +277,8 @@ Tensor sum_to(const Tensor& x, const Dims& shape) {
     } else if (shape[i - lead] == 1 && x.shape()[i] != 1) {
       dims.push_back(i);
     } else {
-      HEED_CHECK(shape[i - lead] == x.shape()[i], "sum_to", "shape {} does not broadcast to {}",
-                 shape_str(shape), shape_str(x.shape()));
+      HEED_CHECK(shape[i - lead] == x.shape()[i], "sum_to", "shape {} does not broadcast to {}", shape_str(shape),
+                 shape_str(x.shape()));
     }
   }
   if (dims.empty()) return x.reshape(shape);

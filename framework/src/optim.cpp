@@ -30,21 +30,20 @@ std::string buffer_key(size_t group, size_t index, const std::string& buffer) {
 
 // Reads a JSON field of the expected kind or throws a heed::Error naming it.
 const json& field(const json& object, const char* key, const char* where) {
-  HEED_CHECK(object.is_object() && object.contains(key), "load_state_dict",
-             "malformed optimizer state: {} has no '{}'", where, key);
+  HEED_CHECK(object.is_object() && object.contains(key), "load_state_dict", "malformed optimizer state: {} has no '{}'",
+             where, key);
   return object[key];
 }
 double number_field(const json& object, const char* key, const char* where) {
   const json& value = field(object, key, where);
-  HEED_CHECK(value.is_number(), "load_state_dict",
-             "malformed optimizer state: {}.{} must be a number, got {}", where, key, value.dump());
+  HEED_CHECK(value.is_number(), "load_state_dict", "malformed optimizer state: {}.{} must be a number, got {}", where,
+             key, value.dump());
   return value.get<double>();
 }
 bool bool_field(const json& object, const char* key, const char* where) {
   const json& value = field(object, key, where);
-  HEED_CHECK(value.is_boolean(), "load_state_dict",
-             "malformed optimizer state: {}.{} must be true or false, got {}", where, key,
-             value.dump());
+  HEED_CHECK(value.is_boolean(), "load_state_dict", "malformed optimizer state: {}.{} must be true or false, got {}",
+             where, key, value.dump());
   return value.get<bool>();
 }
 
@@ -52,8 +51,7 @@ bool bool_field(const json& object, const char* key, const char* where) {
 
 // ---- Optimizer ------------------------------------------------------------------------------
 
-Optimizer::Optimizer(const char* name, std::vector<ParamGroup> groups, double default_lr,
-                     double default_weight_decay)
+Optimizer::Optimizer(const char* name, std::vector<ParamGroup> groups, double default_lr, double default_weight_decay)
     : name_(name), default_lr_(default_lr), default_weight_decay_(default_weight_decay) {
   HEED_CHECK(!groups.empty(), name_, "got no parameter groups");
   for (ParamGroup& group : groups) add_param_group(std::move(group));
@@ -64,11 +62,10 @@ Optimizer::Optimizer(const char* name, std::vector<ParamGroup> groups, double de
 
 void Optimizer::check_group(const ParamGroup& group, size_t group_index) const {
   HEED_CHECK(group.lr >= 0.0 && std::isfinite(group.lr), name(),
-             "invalid learning rate {} in parameter group {} (expected a finite lr >= 0)", group.lr,
-             group_index);
+             "invalid learning rate {} in parameter group {} (expected a finite lr >= 0)", group.lr, group_index);
   HEED_CHECK(group.weight_decay >= 0.0 && std::isfinite(group.weight_decay), name(),
-             "invalid weight_decay {} in parameter group {} (expected a finite value >= 0)",
-             group.weight_decay, group_index);
+             "invalid weight_decay {} in parameter group {} (expected a finite value >= 0)", group.weight_decay,
+             group_index);
 }
 
 void Optimizer::add_param_group(ParamGroup group) {
@@ -83,16 +80,13 @@ void Optimizer::add_param_group(ParamGroup group) {
   for (size_t i = 0; i < group.params.size(); ++i) {
     const Tensor& p = group.params[i];
     HEED_CHECK(p.defined(), op, "parameter {} of group {} is an undefined Tensor", i, group_index);
-    HEED_CHECK(
-        is_floating(p.dtype()), op,
-        "parameter {} of group {} has dtype {}; only floating-point tensors can be optimized", i,
-        group_index, dtype_name(p.dtype()));
-    HEED_CHECK(p.is_leaf(), op,
-               "parameter {} of group {} (shape {}) is not a leaf tensor; optimize the leaves", i,
+    HEED_CHECK(is_floating(p.dtype()), op,
+               "parameter {} of group {} has dtype {}; only floating-point tensors can be optimized", i, group_index,
+               dtype_name(p.dtype()));
+    HEED_CHECK(p.is_leaf(), op, "parameter {} of group {} (shape {}) is not a leaf tensor; optimize the leaves", i,
                group_index, shape_str(p.shape()));
-    HEED_CHECK(seen.insert(p.impl_ptr().get()).second, op,
-               "parameter {} of group {} (shape {}) appears more than once", i, group_index,
-               shape_str(p.shape()));
+    HEED_CHECK(seen.insert(p.impl_ptr().get()).second, op, "parameter {} of group {} (shape {}) appears more than once",
+               i, group_index, shape_str(p.shape()));
   }
   state_.emplace_back(group.params.size());
   groups_.push_back(std::move(group));
@@ -125,9 +119,8 @@ OptimizerState Optimizer::state_dict() const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     json shapes = json::array();
     for (const Tensor& p : groups_[g].params) shapes.push_back(p.shape().vec());
-    groups.push_back({{"lr", groups_[g].lr},
-                      {"weight_decay", groups_[g].weight_decay},
-                      {"param_shapes", std::move(shapes)}});
+    groups.push_back(
+        {{"lr", groups_[g].lr}, {"weight_decay", groups_[g].weight_decay}, {"param_shapes", std::move(shapes)}});
     json group_states = json::array();
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const ParamState* s = g < state_.size() && i < state_[g].size() ? &state_[g][i] : nullptr;
@@ -154,23 +147,21 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
     const json& scalars = saved.scalars;
     HEED_CHECK(scalars.is_object(), kOp, "malformed optimizer state: scalars must be an object");
     const json& type = field(scalars, "optimizer", "state");
-    HEED_CHECK(type.is_string() && type.get<std::string>() == name(), kOp,
-               "the state belongs to optimizer {}, not {}", type.dump(), name());
+    HEED_CHECK(type.is_string() && type.get<std::string>() == name(), kOp, "the state belongs to optimizer {}, not {}",
+               type.dump(), name());
     const json& options = field(scalars, "options", "state");
     const json& groups = field(scalars, "param_groups", "state");
     const json& states = field(scalars, "state", "state");
     HEED_CHECK(groups.is_array() && states.is_array() && groups.size() == states.size(), kOp,
                "malformed optimizer state: param_groups and state must be arrays of equal length");
-    HEED_CHECK(groups.size() == groups_.size(), kOp,
-               "the state has {} parameter groups, the optimizer has {}", groups.size(),
-               groups_.size());
+    HEED_CHECK(groups.size() == groups_.size(), kOp, "the state has {} parameter groups, the optimizer has {}",
+               groups.size(), groups_.size());
     const std::vector<std::string> needed = buffer_names(options);
 
     std::map<std::string, const Tensor*> tensors;
     for (const auto& [key, tensor] : saved.tensors) {
       HEED_CHECK(tensor.defined(), kOp, "the state tensor '{}' is undefined", key);
-      HEED_CHECK(tensors.emplace(key, &tensor).second, kOp, "the state tensor '{}' appears twice",
-                 key);
+      HEED_CHECK(tensors.emplace(key, &tensor).second, kOp, "the state tensor '{}' appears twice", key);
     }
     size_t used_tensors = 0;
     std::vector<double> lrs, weight_decays;
@@ -182,8 +173,8 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
       weight_decays.push_back(number_field(group, "weight_decay", where.c_str()));
       HEED_CHECK(lrs.back() >= 0.0 && std::isfinite(lrs.back()) && weight_decays.back() >= 0.0 &&
                      std::isfinite(weight_decays.back()),
-                 kOp, "group {} has lr {} and weight_decay {} (expected finite values >= 0)", g,
-                 lrs.back(), weight_decays.back());
+                 kOp, "group {} has lr {} and weight_decay {} (expected finite values >= 0)", g, lrs.back(),
+                 weight_decays.back());
       const json& shapes = field(group, "param_shapes", where.c_str());
       const std::vector<Tensor>& params = groups_[g].params;
       HEED_CHECK(shapes.is_array() && shapes.size() == params.size(), kOp,
@@ -194,15 +185,14 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
       for (size_t i = 0; i < params.size(); ++i) {
         const Tensor& p = params[i];
         HEED_CHECK(shapes[i] == json(p.shape().vec()), kOp,
-                   "parameter {} of group {} has shape {} but the state was saved for shape {}", i,
-                   g, shape_str(p.shape()), shapes[i].dump());
+                   "parameter {} of group {} has shape {} but the state was saved for shape {}", i, g,
+                   shape_str(p.shape()), shapes[i].dump());
         ParamState& s = new_state[g].emplace_back();
         const json& entry = states[g][i];
         if (entry.is_null()) continue;
         const json& step = field(entry, "step", "a parameter state");
         HEED_CHECK(step.is_number_integer() && step.get<int64_t>() >= 0, kOp,
-                   "malformed optimizer state: step of parameter {} of group {} is {}", i, g,
-                   step.dump());
+                   "malformed optimizer state: step of parameter {} of group {} is {}", i, g, step.dump());
         s.step = step.get<int64_t>();
         for (const std::string& buffer : needed) {
           const std::string key = buffer_key(g, i, buffer);
@@ -210,10 +200,9 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
           HEED_CHECK(it != tensors.end(), kOp, "the state has no tensor '{}'", key);
           const Tensor& t = *it->second;
           HEED_CHECK(t.shape() == p.shape(), kOp,
-                     "the state tensor '{}' has shape {} but parameter {} of group {} has shape {}",
-                     key, shape_str(t.shape()), i, g, shape_str(p.shape()));
-          HEED_CHECK(is_floating(t.dtype()), kOp, "the state tensor '{}' has dtype {}", key,
-                     dtype_name(t.dtype()));
+                     "the state tensor '{}' has shape {} but parameter {} of group {} has shape {}", key,
+                     shape_str(t.shape()), i, g, shape_str(p.shape()));
+          HEED_CHECK(is_floating(t.dtype()), kOp, "the state tensor '{}' has dtype {}", key, dtype_name(t.dtype()));
           // A fresh contiguous copy in the parameter's dtype and on its device.
           Tensor copy = empty(p.shape(), p.options());
           NoGradGuard no_grad;
@@ -253,13 +242,11 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
 
 namespace {
 void check_sgd_options(const SGDOptions& o) {
-  HEED_CHECK(o.lr >= 0.0 && std::isfinite(o.lr), "SGD", "invalid learning rate {} (expected >= 0)",
-             o.lr);
-  HEED_CHECK(o.momentum >= 0.0 && std::isfinite(o.momentum), "SGD",
-             "invalid momentum {} (expected >= 0)", o.momentum);
+  HEED_CHECK(o.lr >= 0.0 && std::isfinite(o.lr), "SGD", "invalid learning rate {} (expected >= 0)", o.lr);
+  HEED_CHECK(o.momentum >= 0.0 && std::isfinite(o.momentum), "SGD", "invalid momentum {} (expected >= 0)", o.momentum);
   HEED_CHECK(std::isfinite(o.dampening), "SGD", "invalid dampening {}", o.dampening);
-  HEED_CHECK(o.weight_decay >= 0.0 && std::isfinite(o.weight_decay), "SGD",
-             "invalid weight_decay {} (expected >= 0)", o.weight_decay);
+  HEED_CHECK(o.weight_decay >= 0.0 && std::isfinite(o.weight_decay), "SGD", "invalid weight_decay {} (expected >= 0)",
+             o.weight_decay);
   HEED_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0), "SGD",
              "nesterov momentum requires momentum > 0 and dampening 0 (got momentum {}, "
              "dampening {})",
@@ -267,12 +254,10 @@ void check_sgd_options(const SGDOptions& o) {
 }
 }  // namespace
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : SGD(single_group(std::move(params)), options) {}
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(single_group(std::move(params)), options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
-    : Optimizer("SGD", (check_sgd_options(options), std::move(groups)), options.lr,
-                options.weight_decay),
+    : Optimizer("SGD", (check_sgd_options(options), std::move(groups)), options.lr, options.weight_decay),
       options_(options) {}
 
 void SGD::step() {
@@ -323,46 +308,37 @@ void SGD::load_options_json(const json& options) {
 }
 
 std::vector<std::string> SGD::buffer_names(const json& options) const {
-  return number_field(options, "momentum", "options") != 0.0
-             ? std::vector<std::string>{"momentum_buffer"}
-             : std::vector<std::string>{};
+  return number_field(options, "momentum", "options") != 0.0 ? std::vector<std::string>{"momentum_buffer"}
+                                                             : std::vector<std::string>{};
 }
 
 // ---- Adam / AdamW ---------------------------------------------------------------------------
 
 namespace {
 AdamOptions check_adam_options(const AdamOptions& o, const char* op) {
-  HEED_CHECK(o.lr >= 0.0 && std::isfinite(o.lr), op, "invalid learning rate {} (expected >= 0)",
-             o.lr);
-  HEED_CHECK(o.betas.first >= 0.0 && o.betas.first < 1.0, op,
-             "invalid beta1 {} (expected 0 <= beta1 < 1)", o.betas.first);
-  HEED_CHECK(o.betas.second >= 0.0 && o.betas.second < 1.0, op,
-             "invalid beta2 {} (expected 0 <= beta2 < 1)", o.betas.second);
+  HEED_CHECK(o.lr >= 0.0 && std::isfinite(o.lr), op, "invalid learning rate {} (expected >= 0)", o.lr);
+  HEED_CHECK(o.betas.first >= 0.0 && o.betas.first < 1.0, op, "invalid beta1 {} (expected 0 <= beta1 < 1)",
+             o.betas.first);
+  HEED_CHECK(o.betas.second >= 0.0 && o.betas.second < 1.0, op, "invalid beta2 {} (expected 0 <= beta2 < 1)",
+             o.betas.second);
   HEED_CHECK(o.eps >= 0.0 && std::isfinite(o.eps), op, "invalid eps {} (expected >= 0)", o.eps);
-  HEED_CHECK(o.weight_decay >= 0.0 && std::isfinite(o.weight_decay), op,
-             "invalid weight_decay {} (expected >= 0)", o.weight_decay);
+  HEED_CHECK(o.weight_decay >= 0.0 && std::isfinite(o.weight_decay), op, "invalid weight_decay {} (expected >= 0)",
+             o.weight_decay);
   return o;
 }
 AdamOptions to_adam_options(const AdamWOptions& o) {
-  return {.lr = o.lr,
-          .betas = o.betas,
-          .eps = o.eps,
-          .weight_decay = o.weight_decay,
-          .amsgrad = o.amsgrad};
+  return {.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay, .amsgrad = o.amsgrad};
 }
 }  // namespace
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options)
-    : Adam(single_group(std::move(params)), options, false) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(single_group(std::move(params)), options, false) {}
 
-Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
-    : Adam(std::move(groups), options, false) {}
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move(groups), options, false) {}
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_weight_decay)
     : Optimizer(decoupled_weight_decay ? "AdamW" : "Adam",
-                (check_adam_options(options, decoupled_weight_decay ? "AdamW" : "Adam"),
-                 std::move(groups)),
-                options.lr, options.weight_decay),
+                (check_adam_options(options, decoupled_weight_decay ? "AdamW" : "Adam"), std::move(groups)), options.lr,
+                options.weight_decay),
       options_(options),
       decoupled_weight_decay_(decoupled_weight_decay) {}
 
@@ -398,10 +374,8 @@ void Adam::step() {
       ParamState& s = state_[g][i];
       auto buffer = [&](const char* buffer_name) -> Tensor& {
         auto it = s.buffers.find(buffer_name);
-        if (it == s.buffers.end())
-          it = s.buffers.emplace(buffer_name, zeros_like(p.detach())).first;
-        HEED_INTERNAL_ASSERT((p.numel() == 0 || it->second.is_contiguous()) &&
-                             it->second.dtype() == p.dtype());
+        if (it == s.buffers.end()) it = s.buffers.emplace(buffer_name, zeros_like(p.detach())).first;
+        HEED_INTERNAL_ASSERT((p.numel() == 0 || it->second.is_contiguous()) && it->second.dtype() == p.dtype());
         return it->second;
       };
       ++s.step;
@@ -438,8 +412,7 @@ void Adam::load_options_json(const json& options) {
   AdamOptions o;
   o.lr = number_field(options, "lr", "options");
   const json& betas = field(options, "betas", "options");
-  HEED_CHECK(betas.is_array() && betas.size() == 2 && betas[0].is_number() && betas[1].is_number(),
-             "load_state_dict",
+  HEED_CHECK(betas.is_array() && betas.size() == 2 && betas[0].is_number() && betas[1].is_number(), "load_state_dict",
              "malformed optimizer state: options.betas must be two numbers, got {}", betas.dump());
   o.betas = {betas[0].get<double>(), betas[1].get<double>()};
   o.eps = number_field(options, "eps", "options");

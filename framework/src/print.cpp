@@ -71,15 +71,14 @@ std::vector<int64_t> shown(int64_t size, bool summarize) {
 }
 
 // Collects the values that will be printed (row-major `values` of a contiguous `shape`).
-void collect_shown(const std::vector<double>& values, const Dims& shape, const Dims& strides,
-                   int dim, int64_t offset, bool summarize, std::vector<double>& out) {
+void collect_shown(const std::vector<double>& values, const Dims& shape, const Dims& strides, int dim, int64_t offset,
+                   bool summarize, std::vector<double>& out) {
   if (dim == shape.size()) {
     out.push_back(values[static_cast<size_t>(offset)]);
     return;
   }
   for (int64_t i : shown(shape[dim], summarize))
-    if (i >= 0)
-      collect_shown(values, shape, strides, dim + 1, offset + i * strides[dim], summarize, out);
+    if (i >= 0) collect_shown(values, shape, strides, dim + 1, offset + i * strides[dim], summarize, out);
 }
 
 NumberFormat choose_format(DType dtype, const std::vector<double>& shown_values) {
@@ -91,8 +90,7 @@ NumberFormat choose_format(DType dtype, const std::vector<double>& shown_values)
   }
   if (is_integral(dtype)) {
     f.kind = NumberFormat::Integer;
-    for (double v : shown_values)
-      f.width = std::max<int>(f.width, static_cast<int>(format_number(v, f).size()));
+    for (double v : shown_values) f.width = std::max<int>(f.width, static_cast<int>(format_number(v, f).size()));
     return f;
   }
   double max_abs = 0, min_abs = std::numeric_limits<double>::infinity();
@@ -109,23 +107,19 @@ NumberFormat choose_format(DType dtype, const std::vector<double>& shown_values)
     return f;
   }
   if (all_integers) {
-    f.kind = (max_abs / min_abs > 1000.0 || max_abs > 1e8) ? NumberFormat::Scientific
-                                                           : NumberFormat::FloatInteger;
+    f.kind = (max_abs / min_abs > 1000.0 || max_abs > 1e8) ? NumberFormat::Scientific : NumberFormat::FloatInteger;
   } else {
-    f.kind = (max_abs / min_abs > 1000.0 || max_abs > 1e8 || min_abs < 1e-4)
-                 ? NumberFormat::Scientific
-                 : NumberFormat::Fixed;
+    f.kind = (max_abs / min_abs > 1000.0 || max_abs > 1e8 || min_abs < 1e-4) ? NumberFormat::Scientific
+                                                                             : NumberFormat::Fixed;
   }
   for (double v : shown_values)
-    if (std::isfinite(v) && v != 0)
-      f.width = std::max<int>(f.width, static_cast<int>(format_number(v, f).size()));
+    if (std::isfinite(v) && v != 0) f.width = std::max<int>(f.width, static_cast<int>(format_number(v, f).size()));
   return f;
 }
 
 // One dim of the printout; `indent` is the column of the opening bracket.
-void print_dim(std::ostringstream& os, const std::vector<double>& values, const Dims& shape,
-               const Dims& strides, int dim, int64_t offset, const NumberFormat& f, bool summarize,
-               int indent) {
+void print_dim(std::ostringstream& os, const std::vector<double>& values, const Dims& shape, const Dims& strides,
+               int dim, int64_t offset, const NumberFormat& f, bool summarize, int indent) {
   const std::vector<int64_t> idx = shown(shape[dim], summarize);
   os << '[';
   if (dim == shape.size() - 1) {
@@ -156,8 +150,7 @@ void print_dim(std::ostringstream& os, const std::vector<double>& values, const 
       if (idx[k] < 0)
         os << "...";
       else
-        print_dim(os, values, shape, strides, dim + 1, offset + idx[k] * strides[dim], f, summarize,
-                  indent + 1);
+        print_dim(os, values, shape, strides, dim + 1, offset + idx[k] * strides[dim], f, summarize, indent + 1);
     }
   }
   os << ']';
@@ -192,8 +185,7 @@ std::string Tensor::str() const {
   if (dtype() != kFloat32 && dtype() != kInt64 && dtype() != kBool)
     extras.push_back(fmt::format("dtype={}", dtype_name(dtype())));
   if (!device().is_cpu()) extras.push_back(fmt::format("device={}", device().str()));
-  if (summarize || (numel() == 0 && dim() != 1))
-    extras.push_back(fmt::format("shape={}", shape_str(shape())));
+  if (summarize || (numel() == 0 && dim() != 1)) extras.push_back(fmt::format("shape={}", shape_str(shape())));
   if (grad_fn())
     extras.push_back(fmt::format("grad_fn=<{}>", grad_fn()->name()));
   else if (requires_grad())

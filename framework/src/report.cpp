@@ -27,15 +27,17 @@ std::string format_duration(double seconds) {
 }  // namespace
 
 Progress::Progress(int64_t plain_every, std::FILE* out)
-    : out_(out), terminal_(isatty(fileno(out)) != 0), plain_every_(std::max<int64_t>(plain_every, 1)),
+    : out_(out),
+      terminal_(isatty(fileno(out)) != 0),
+      plain_every_(std::max<int64_t>(plain_every, 1)),
       start_seconds_(now_seconds()) {}
 
 void Progress::update(const ProgressState& s) {
   const double elapsed = now_seconds() - start_seconds_;
   const double eta = s.step > 0 ? elapsed / static_cast<double>(s.step) * static_cast<double>(s.total - s.step) : NAN;
-  const std::string line = fmt::format(
-      "step {}/{}  loss {:.4f}  {:.0f} tok/s  lr {:.2e}  |g| {:.3f}  ETA {}{}{}", s.step, s.total, s.loss,
-      s.tokens_per_second, s.lr, s.grad_norm, format_duration(eta), s.extra.empty() ? "" : "  ", s.extra);
+  const std::string line =
+      fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s  lr {:.2e}  |g| {:.3f}  ETA {}{}{}", s.step, s.total, s.loss,
+                  s.tokens_per_second, s.lr, s.grad_norm, format_duration(eta), s.extra.empty() ? "" : "  ", s.extra);
   if (terminal_) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
     line_open_ = true;
@@ -75,11 +77,20 @@ std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -140,19 +151,22 @@ void line_chart(const std::string& path, const std::string& title, const std::ve
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
   auto py = [&](double y) { return top + (1 - (ty(y) - y0) / (y1 - y0)) * (H - top - bottom); };
   std::ostringstream o;
-  o << fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-                   "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-                   W, H);
+  o << fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      W, H);
   o << fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n", W / 2, escape(title));
   o << fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n", left, top,
                    W - left - right, H - top - bottom);
   for (int i = 0; i <= 5; ++i) {
     const double xv = x0 + (x1 - x0) * i / 5, yv = y0 + (y1 - y0) * i / 5;
     const double yshown = log_y ? std::pow(10.0, yv) : yv;
-    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(xv), H - bottom + 16, tick(xv));
+    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(xv), H - bottom + 16,
+                     tick(xv));
     const double ypix = top + (1 - (yv - y0) / (y1 - y0)) * (H - top - bottom);
     o << fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 6, ypix + 4, tick(yshown));
-    o << fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n", left, W - right, ypix, ypix);
+    o << fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n", left, W - right, ypix,
+                     ypix);
   }
   o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", (left + W - right) / 2, H - 12,
                    escape(x_label));
@@ -168,8 +182,8 @@ void line_chart(const std::string& path, const std::string& title, const std::ve
     }
     o << fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n", colour, points);
     const double ly = top + 14 + 18.0 * static_cast<double>(k);
-    o << fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>\n", W - right + 10,
-                     W - right + 30, ly - 4, ly - 4, colour);
+    o << fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
+                     W - right + 10, W - right + 30, ly - 4, ly - 4, colour);
     o << fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", W - right + 36, ly, escape(s.name));
   }
   o << "</svg>\n";
@@ -185,12 +199,13 @@ void heatmap_body(std::ostringstream& o, double ox, double oy, double cell, cons
   for (double v : values)
     if (std::isfinite(v)) vmax = std::max(vmax, v);
   if (vmax <= 0) vmax = 1;
-  o << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\">{}</text>\n", ox + label_space, oy - 6 - label_space,
-                   escape(title));
+  o << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\">{}</text>\n", ox + label_space,
+                   oy - 6 - label_space, escape(title));
   for (int64_t c = 0; c < cols && c < static_cast<int64_t>(col_labels.size()); ++c) {
     const double x = ox + label_space + (static_cast<double>(c) + 0.5) * cell, y = oy - 4;
-    o << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" transform=\"rotate(-60 {:.1f} {:.1f})\">{}</text>\n",
-                     x, y, x, y, escape(col_labels[c]));
+    o << fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" transform=\"rotate(-60 {:.1f} {:.1f})\">{}</text>\n", x, y, x,
+        y, escape(col_labels[c]));
   }
   for (int64_t r = 0; r < rows; ++r) {
     if (r < static_cast<int64_t>(row_labels.size()))
@@ -198,9 +213,11 @@ void heatmap_body(std::ostringstream& o, double ox, double oy, double cell, cons
                        ox + label_space - 4, oy + (static_cast<double>(r) + 0.7) * cell, escape(row_labels[r]));
     for (int64_t c = 0; c < cols; ++c) {
       const double v = values[static_cast<size_t>(r * cols + c)];
-      o << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{:.3f}</title></rect>\n",
-                       ox + label_space + static_cast<double>(c) * cell, oy + static_cast<double>(r) * cell, cell, cell,
-                       shade(v / vmax), v);
+      o << fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+          "fill=\"{}\"><title>{:.3f}</title></rect>\n",
+          ox + label_space + static_cast<double>(c) * cell, oy + static_cast<double>(r) * cell, cell, cell,
+          shade(v / vmax), v);
     }
   }
 }
@@ -212,8 +229,7 @@ void heatmap(const std::string& path, const std::string& title, const std::vecto
 }
 
 void heatmap_grid(const std::string& path, const std::string& title, const std::vector<Panel>& panels,
-                  const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels,
-                  int columns) {
+                  const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels, int columns) {
   HEED_CHECK(!panels.empty(), "svg::heatmap", "nothing to draw");
   int64_t rows = 0, cols = 0;
   for (const Panel& p : panels) {
@@ -226,12 +242,14 @@ void heatmap_grid(const std::string& path, const std::string& title, const std::
   const double cell = std::clamp(360.0 / static_cast<double>(std::max(rows, cols)), 6.0, 28.0);
   const double label_space = 80, panel_w = label_space + static_cast<double>(cols) * cell + 30,
                panel_h = label_space + static_cast<double>(rows) * cell + 30;
-  const int grid_rows = static_cast<int>((panels.size() + static_cast<size_t>(columns) - 1) / static_cast<size_t>(columns));
+  const int grid_rows =
+      static_cast<int>((panels.size() + static_cast<size_t>(columns) - 1) / static_cast<size_t>(columns));
   const double W = panel_w * columns + 20, H = panel_h * grid_rows + 50;
   std::ostringstream o;
-  o << fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
-                   "font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-                   W, H);
+  o << fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      W, H);
   o << fmt::format("<text x=\"10\" y=\"24\" font-size=\"15\">{}</text>\n", escape(title));
   for (size_t i = 0; i < panels.size(); ++i) {
     const double ox = 10 + panel_w * static_cast<double>(static_cast<int>(i) % columns);
@@ -255,19 +273,23 @@ void histogram(const std::string& path, const std::string& title, const std::vec
   const double x0 = edges.front(), x1 = edges.back() > edges.front() ? edges.back() : edges.front() + 1;
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
   std::ostringstream o;
-  o << fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-                   "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-                   W, H);
+  o << fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      W, H);
   o << fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n", W / 2, escape(title));
   for (size_t i = 0; i < counts.size(); ++i) {
     const double h = tv(counts[i]) / cmax * (H - top - bottom);
-    o << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#1f77b4\"><title>[{}, {}): {}</title></rect>\n",
-                     px(edges[i]), H - bottom - h, std::max(0.5, px(edges[i + 1]) - px(edges[i]) - 0.5), h,
-                     tick(edges[i]), tick(edges[i + 1]), counts[i]);
+    o << fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#1f77b4\"><title>[{}, {}): "
+        "{}</title></rect>\n",
+        px(edges[i]), H - bottom - h, std::max(0.5, px(edges[i + 1]) - px(edges[i]) - 0.5), h, tick(edges[i]),
+        tick(edges[i + 1]), counts[i]);
   }
   for (int i = 0; i <= 5; ++i) {
     const double xv = x0 + (x1 - x0) * i / 5;
-    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(xv), H - bottom + 16, tick(xv));
+    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(xv), H - bottom + 16,
+                     tick(xv));
   }
   o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", (left + W - right) / 2, H - 12,
                    escape(x_label + (log_y ? "   (bar height: log count)" : "")));

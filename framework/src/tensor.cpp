@@ -36,8 +36,7 @@ Device parse_device(const std::string& text) {
   if (text.rfind("cuda:", 0) == 0 && text.size() > 5) {
     int index = 0;
     for (char c : text.substr(5)) {
-      HEED_CHECK(c >= '0' && c <= '9', "parse_device",
-                 "bad device '{}' (expected cpu, cuda or cuda:N)", text);
+      HEED_CHECK(c >= '0' && c <= '9', "parse_device", "bad device '{}' (expected cpu, cuda or cuda:N)", text);
       index = index * 10 + (c - '0');
       HEED_CHECK(index < 1024, "parse_device", "device index in '{}' is too large", text);
     }
@@ -54,8 +53,8 @@ Tensor make_empty(const Dims& shape, DType dtype, Device device) {
   int64_t n = 1;
   for (int64_t s : shape) {
     HEED_CHECK(s >= 0, "empty", "negative size in shape {}", shape_str(shape));
-    HEED_CHECK(!__builtin_mul_overflow(n, s, &n) && n <= std::numeric_limits<int64_t>::max() / 8,
-               "empty", "shape {} has too many elements", shape_str(shape));
+    HEED_CHECK(!__builtin_mul_overflow(n, s, &n) && n <= std::numeric_limits<int64_t>::max() / 8, "empty",
+               "shape {} has too many elements", shape_str(shape));
   }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(n) * dtype_size(dtype), device);
@@ -102,8 +101,7 @@ kernels::StridedView broadcast_view(const Tensor& t, const Dims& out_shape) {
   return v;
 }
 
-void prepare_inplace(const Tensor& target, const char* op,
-                     std::initializer_list<const Tensor*> others) {
+void prepare_inplace(const Tensor& target, const char* op, std::initializer_list<const Tensor*> others) {
   check_defined(target, op, "tensor");
   if (grad_mode_enabled()) {
     HEED_CHECK(!(target.requires_grad() && target.is_leaf()), op,
@@ -137,9 +135,8 @@ Tensor checked_indices(const Tensor& index, int64_t extent, const char* op) {
   const int64_t n = idx.numel();
   for (int64_t i = 0; i < n; ++i) {
     if (p[i] < 0 || p[i] >= extent) [[unlikely]] {
-      fail(op,
-           "index {} at position {} is out of range for a dimension of size {} (expected 0..{})",
-           p[i], i, extent, extent - 1);
+      fail(op, "index {} at position {} is out of range for a dimension of size {} (expected 0..{})", p[i], i, extent,
+           extent - 1);
     }
   }
   return index.device().is_cpu() ? idx : idx.to(index.device());
@@ -151,9 +148,7 @@ Tensor checked_indices(const Tensor& index, int64_t extent, const char* op) {
 
 int64_t Tensor::size(int64_t dim) const { return shape()[normalize_dim(dim, this->dim(), "size")]; }
 
-int64_t Tensor::stride(int64_t dim) const {
-  return strides()[normalize_dim(dim, this->dim(), "stride")];
-}
+int64_t Tensor::stride(int64_t dim) const { return strides()[normalize_dim(dim, this->dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -167,8 +162,8 @@ bool Tensor::is_contiguous() const {
 }
 
 void Tensor::check_dtype_for_access(DType expected, const char* what) const {
-  HEED_CHECK(dtype() == expected, what, "tensor has dtype {}, but {} was requested",
-             dtype_name(dtype()), dtype_name(expected));
+  HEED_CHECK(dtype() == expected, what, "tensor has dtype {}, but {} was requested", dtype_name(dtype()),
+             dtype_name(expected));
 }
 
 // ---- element access -------------------------------------------------------------------------
@@ -207,10 +202,8 @@ T convert_from(const void* p, DType t) {
     const double v = load_as_double(p, t);
     if (std::isnan(v)) return 0;
     // 2^63 and 2^31 are exact doubles; anything at or beyond the limits saturates.
-    if (v <= static_cast<double>(std::numeric_limits<T>::min()))
-      return std::numeric_limits<T>::min();
-    if (v >= -static_cast<double>(std::numeric_limits<T>::min()))
-      return std::numeric_limits<T>::max();
+    if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+    if (v >= -static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::max();
     return static_cast<T>(v);
   } else {
     return static_cast<T>(load_as_double(p, t));
@@ -221,8 +214,7 @@ T convert_from(const void* p, DType t) {
 template <typename T>
 T Tensor::item() const {
   detail::check_defined(*this, "item", "tensor");
-  HEED_CHECK(numel() == 1, "item", "expected a tensor with one element, got shape {}",
-             shape_str(shape()));
+  HEED_CHECK(numel() == 1, "item", "expected a tensor with one element, got shape {}", shape_str(shape()));
   Tensor host = device().is_cpu() ? *this : to(kCPU);
   return convert_from<T>(host.raw_data(), host.dtype());
 }
@@ -230,13 +222,13 @@ T Tensor::item() const {
 template <typename T>
 T Tensor::at(const Dims& index) const {
   detail::check_defined(*this, "at", "tensor");
-  HEED_CHECK(index.size() == dim(), "at", "expected {} indices for shape {}, got {}", dim(),
-             shape_str(shape()), index.size());
+  HEED_CHECK(index.size() == dim(), "at", "expected {} indices for shape {}, got {}", dim(), shape_str(shape()),
+             index.size());
   int64_t offset_elems = 0;
   for (int i = 0; i < dim(); ++i) {
     int64_t k = index[i] < 0 ? index[i] + shape()[i] : index[i];
-    HEED_CHECK(k >= 0 && k < shape()[i], "at", "index {} is out of range for dim {} of shape {}",
-               index[i], i, shape_str(shape()));
+    HEED_CHECK(k >= 0 && k < shape()[i], "at", "index {} is out of range for dim {} of shape {}", index[i], i,
+               shape_str(shape()));
     offset_elems += k * strides()[i];
   }
   Tensor element = detail::make_alias(*this, {}, {}, offset() + offset_elems);
@@ -279,12 +271,11 @@ Tensor copy_to(const Tensor& src, DType dtype, Device device) {
   }
   // Cross-device: make the source contiguous in the target dtype on its own device, then
   // move the bytes through the host.
-  Tensor staged =
-      (src.is_contiguous() && src.dtype() == dtype) ? src : copy_to(src, dtype, src.device());
+  Tensor staged = (src.is_contiguous() && src.dtype() == dtype) ? src : copy_to(src, dtype, src.device());
   const Device transfer_device = device.is_cpu() ? src.device() : device;  // the non-CPU end
   const auto copy_host_kernel = HEED_KERNEL(transfer_device, copy_host);
-  copy_host_kernel(out.raw_data(), staged.raw_data(),
-                   static_cast<size_t>(out.numel()) * dtype_size(dtype), device.is_cpu());
+  copy_host_kernel(out.raw_data(), staged.raw_data(), static_cast<size_t>(out.numel()) * dtype_size(dtype),
+                   device.is_cpu());
   return out;
 }
 }  // namespace
@@ -297,8 +288,7 @@ Tensor Tensor::to(DType dtype) const {
   // flows through it); a float -> float conversion is differentiable.
   if (is_floating(dtype) && any_requires_grad({this})) {
     const DType from = this->dtype();
-    record_op("to_dtype", {this}, out,
-              [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
+    record_op("to_dtype", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
   }
   return out;
 }
@@ -309,8 +299,7 @@ Tensor Tensor::to(Device device) const {
   Tensor out = copy_to(*this, dtype(), device);
   if (any_requires_grad({this})) {
     const Device from = this->device();
-    record_op("to_device", {this}, out,
-              [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
+    record_op("to_device", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
   }
   return out;
 }
@@ -320,8 +309,7 @@ Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   Tensor out = copy_to(*this, dtype(), device());
   if (any_requires_grad({this}))
-    record_op("contiguous", {this}, out,
-              [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+    record_op("contiguous", {this}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
   return out;
 }
 
@@ -344,8 +332,8 @@ Tensor Tensor::detach() const {
 
 Tensor& Tensor::requires_grad_(bool value) {
   detail::check_defined(*this, "requires_grad_", "tensor");
-  HEED_CHECK(!value || is_floating(dtype()), "requires_grad_",
-             "only floating-point tensors can require grad (got {})", dtype_name(dtype()));
+  HEED_CHECK(!value || is_floating(dtype()), "requires_grad_", "only floating-point tensors can require grad (got {})",
+             dtype_name(dtype()));
   HEED_CHECK(value || is_leaf(), "requires_grad_",
              "requires_grad can only be turned off on leaf tensors; use detach()");
   impl().requires_grad = value;
@@ -357,9 +345,8 @@ void Tensor::set_grad(const Tensor& grad) {
   if (grad.defined()) {
     HEED_CHECK(grad.shape() == shape(), "set_grad", "gradient of shape {} for a tensor of shape {}",
                shape_str(grad.shape()), shape_str(shape()));
-    HEED_CHECK(grad.dtype() == dtype(), "set_grad",
-               "gradient of dtype {} for a tensor of dtype {} (shape {})", dtype_name(grad.dtype()),
-               dtype_name(dtype()), shape_str(shape()));
+    HEED_CHECK(grad.dtype() == dtype(), "set_grad", "gradient of dtype {} for a tensor of dtype {} (shape {})",
+               dtype_name(grad.dtype()), dtype_name(dtype()), shape_str(shape()));
     detail::check_same_device(grad, *this, "set_grad");
   }
   impl().grad = grad.defined() ? grad.impl_ptr() : nullptr;
@@ -370,15 +357,12 @@ void Tensor::zero_grad() {
   impl().grad = nullptr;
 }
 
-void Tensor::backward(const Tensor& grad, bool retain_graph) const {
-  run_backward({*this}, {grad}, retain_graph);
-}
+void Tensor::backward(const Tensor& grad, bool retain_graph) const { run_backward({*this}, {grad}, retain_graph); }
 
 void Tensor::register_hook(TensorHook hook) const {
   detail::check_defined(*this, "register_hook", "tensor");
   HEED_CHECK(hook != nullptr, "register_hook", "the hook is empty");
-  HEED_CHECK(requires_grad(), "register_hook",
-             "cannot register a hook on a tensor that does not require grad");
+  HEED_CHECK(requires_grad(), "register_hook", "cannot register a hook on a tensor that does not require grad");
   if (grad_fn())
     grad_fn()->add_output_hook(std::move(hook));
   else
@@ -387,8 +371,7 @@ void Tensor::register_hook(TensorHook hook) const {
 
 void Tensor::retain_grad() const {
   detail::check_defined(*this, "retain_grad", "tensor");
-  HEED_CHECK(requires_grad(), "retain_grad", "the tensor of shape {} does not require grad",
-             shape_str(shape()));
+  HEED_CHECK(requires_grad(), "retain_grad", "the tensor of shape {} does not require grad", shape_str(shape()));
   if (is_leaf()) return;
   // The engine stores the gradient after every hook of the node ran (calling this twice
   // changes nothing); heed::grad() leaves it alone.
@@ -425,8 +408,7 @@ Tensor& Tensor::zero_() { return fill_named(*this, 0.0, "zero_"); }
 Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_defined(*this, "copy_", "tensor");
   detail::check_defined(src, "copy_", "source");
-  HEED_CHECK(src.dim() <= dim() && broadcast_shapes(src.shape(), shape(), "copy_") == shape(),
-             "copy_",
+  HEED_CHECK(src.dim() <= dim() && broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_",
              "cannot copy a tensor of shape {} into one of shape {} (the source must "
              "broadcast to the destination)",
              shape_str(src.shape()), shape_str(shape()));
@@ -442,8 +424,7 @@ namespace {
 // Runs an in-place update: checks that `target` may be written, computes the out-of-place
 // result without recording it, checks that it keeps the shape, bumps the version, writes back.
 template <typename Compute>
-Tensor& inplace_update(Tensor& target, const char* op, std::initializer_list<const Tensor*> others,
-                       Compute&& compute) {
+Tensor& inplace_update(Tensor& target, const char* op, std::initializer_list<const Tensor*> others, Compute&& compute) {
   detail::check_defined(target, op, "tensor");
   for (const Tensor* o : others) detail::check_defined(*o, op, "operand");
   Tensor result;
@@ -478,11 +459,10 @@ namespace {
 // scalar; PyTorch refuses it too ("result type Float can't be cast to Long").
 void check_integral_scalar(const Tensor& target, double value, const char* op) {
   detail::check_defined(target, op, "tensor");
-  HEED_CHECK(
-      is_floating(target.dtype()) || (std::isfinite(value) && value == std::trunc(value)), op,
-      "cannot update a {} tensor of shape {} in place with the non-integer scalar {}; convert it "
-      "to a floating dtype first",
-      dtype_name(target.dtype()), shape_str(target.shape()), value);
+  HEED_CHECK(is_floating(target.dtype()) || (std::isfinite(value) && value == std::trunc(value)), op,
+             "cannot update a {} tensor of shape {} in place with the non-integer scalar {}; convert it "
+             "to a floating dtype first",
+             dtype_name(target.dtype()), shape_str(target.shape()), value);
 }
 }  // namespace
 
@@ -502,11 +482,10 @@ Tensor& Tensor::mul_(double value) {
 }
 Tensor& Tensor::div_(double value) {
   detail::check_defined(*this, "div_", "tensor");
-  HEED_CHECK(
-      is_floating(dtype()), "div_",
-      "in-place division of a {} tensor of shape {} would truncate; convert it to a floating "
-      "dtype first",
-      dtype_name(dtype()), shape_str(shape()));
+  HEED_CHECK(is_floating(dtype()), "div_",
+             "in-place division of a {} tensor of shape {} would truncate; convert it to a floating "
+             "dtype first",
+             dtype_name(dtype()), shape_str(shape()));
   // A true division (x / 3 is not x * (1/3) in floating point), computed in float32 at least.
   const DType scalar_dtype = is_half(dtype()) ? kFloat32 : dtype();
   return inplace_update(*this, "div_", {}, [&] {
@@ -514,8 +493,7 @@ Tensor& Tensor::div_(double value) {
   });
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
-  return inplace_update(*this, "masked_fill_", {&mask},
-                        [&] { return heed::masked_fill(*this, mask, value); });
+  return inplace_update(*this, "masked_fill_", {&mask}, [&] { return heed::masked_fill(*this, mask, value); });
 }
 
 // ---- method forms of free ops ---------------------------------------------------------------
@@ -534,9 +512,7 @@ Tensor Tensor::pow(const Tensor& exponent) const { return heed::pow(*this, expon
 Tensor Tensor::sum() const { return heed::sum(*this); }
 Tensor Tensor::sum(const Dims& dims, bool keepdim) const { return heed::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return heed::mean(*this); }
-Tensor Tensor::mean(const Dims& dims, bool keepdim) const {
-  return heed::mean(*this, dims, keepdim);
-}
+Tensor Tensor::mean(const Dims& dims, bool keepdim) const { return heed::mean(*this, dims, keepdim); }
 Tensor Tensor::var(const Dims& dims, bool keepdim, double correction) const {
   return heed::var(*this, dims, keepdim, correction);
 }
@@ -547,17 +523,11 @@ Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return heed::argmax(*th
 Tensor Tensor::matmul(const Tensor& other) const { return heed::matmul(*this, other); }
 Tensor Tensor::softmax(int64_t dim) const { return F::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return F::log_softmax(*this, dim); }
-Tensor Tensor::masked_fill(const Tensor& mask, double value) const {
-  return heed::masked_fill(*this, mask, value);
-}
-std::vector<Tensor> Tensor::split(int64_t split_size, int64_t dim) const {
-  return heed::split(*this, split_size, dim);
-}
+Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return heed::masked_fill(*this, mask, value); }
+std::vector<Tensor> Tensor::split(int64_t split_size, int64_t dim) const { return heed::split(*this, split_size, dim); }
 std::vector<Tensor> Tensor::split(const std::vector<int64_t>& sizes, int64_t dim) const {
   return heed::split(*this, sizes, dim);
 }
-std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
-  return heed::chunk(*this, chunks, dim);
-}
+std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const { return heed::chunk(*this, chunks, dim); }
 
 }  // namespace heed

@@ -35,7 +35,8 @@ Grid plan_grid(int64_t m, int64_t n, int64_t k) {
     const int64_t cols = tasks / rows;
     if (m / rows < kRowAlign && rows > 1) continue;
     if (n / cols < kColAlign && cols > 1) continue;
-    const double packed = static_cast<double>(rows) * static_cast<double>(n) + static_cast<double>(cols) * static_cast<double>(m);
+    const double packed =
+        static_cast<double>(rows) * static_cast<double>(n) + static_cast<double>(cols) * static_cast<double>(m);
     if (best < 0 || packed < best) {
       best = packed;
       g.row_parts = rows;
@@ -69,8 +70,8 @@ void gemm_typed(const GemmArgs& g) {
   const int64_t tasks_per_batch = grid.row_parts * grid.col_parts;
   // Many small batched products: group them so each parallel chunk has real work (grouping
   // never changes what a task computes).
-  const double flops_per_task =
-      2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) / static_cast<double>(tasks_per_batch);
+  const double flops_per_task = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) /
+                                static_cast<double>(tasks_per_batch);
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kMinTaskFlops / std::max(flops_per_task, 1.0)));
   parallel_for(g.batch * tasks_per_batch, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {

@@ -23,9 +23,15 @@ double block_result(const T* p, int64_t n, NormKind kind, double norm_type) {
   for (int64_t i = 0; i < n; ++i) {
     const double a = std::fabs(static_cast<double>(load(p + i)));
     switch (kind) {
-      case NormKind::One: acc += a; break;
-      case NormKind::Two: acc += a * a; break;
-      case NormKind::Power: acc += std::pow(a, norm_type); break;
+      case NormKind::One:
+        acc += a;
+        break;
+      case NormKind::Two:
+        acc += a * a;
+        break;
+      case NormKind::Power:
+        acc += std::pow(a, norm_type);
+        break;
       case NormKind::Infinity:
         if (std::isnan(a)) return a;
         acc = a > acc ? a : acc;

@@ -21,16 +21,29 @@ namespace heed::kernels::cpu {
 
 // ---- element types --------------------------------------------------------------------------
 
-template <typename T> struct ComputeType { using type = T; };
-template <> struct ComputeType<Half> { using type = float; };
-template <> struct ComputeType<BFloat16> { using type = float; };
-template <typename T> using compute_t = typename ComputeType<T>::type;
+template <typename T>
+struct ComputeType {
+  using type = T;
+};
+template <>
+struct ComputeType<Half> {
+  using type = float;
+};
+template <>
+struct ComputeType<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using compute_t = typename ComputeType<T>::type;
 
 template <typename T>
 inline compute_t<T> load(const T* p) {
-  if constexpr (std::is_same_v<T, Half>) return half_bits_to_float(p->bits);
-  else if constexpr (std::is_same_v<T, BFloat16>) return bfloat16_bits_to_float(p->bits);
-  else return *p;
+  if constexpr (std::is_same_v<T, Half>)
+    return half_bits_to_float(p->bits);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return bfloat16_bits_to_float(p->bits);
+  else
+    return *p;
 }
 
 // Float -> integer without undefined behaviour: NaN gives 0, out-of-range saturates.
@@ -45,11 +58,16 @@ inline I saturating_cast(F v) {
 // Converts any element value to T (rounding to nearest even for 16-bit floats).
 template <typename T, typename V>
 inline T convert(V v) {
-  if constexpr (std::is_same_v<T, Half>) return Half(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, bool>) return v != V(0);
-  else if constexpr (std::is_integral_v<T> && std::is_floating_point_v<V>) return saturating_cast<T>(v);
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, Half>)
+    return Half(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return BFloat16(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bool>)
+    return v != V(0);
+  else if constexpr (std::is_integral_v<T> && std::is_floating_point_v<V>)
+    return saturating_cast<T>(v);
+  else
+    return static_cast<T>(v);
 }
 
 template <typename T, typename V>
@@ -61,24 +79,47 @@ inline void store(T* p, V v) {
 template <typename F>
 inline void dispatch_all(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::Float32: f(float{}); return;
-    case DType::Float64: f(double{}); return;
-    case DType::Float16: f(Half{}); return;
-    case DType::BFloat16: f(BFloat16{}); return;
-    case DType::Int32: f(int32_t{}); return;
-    case DType::Int64: f(int64_t{}); return;
-    case DType::Bool: f(bool{}); return;
+    case DType::Float32:
+      f(float{});
+      return;
+    case DType::Float64:
+      f(double{});
+      return;
+    case DType::Float16:
+      f(Half{});
+      return;
+    case DType::BFloat16:
+      f(BFloat16{});
+      return;
+    case DType::Int32:
+      f(int32_t{});
+      return;
+    case DType::Int64:
+      f(int64_t{});
+      return;
+    case DType::Bool:
+      f(bool{});
+      return;
   }
 }
 
 template <typename F>
 inline void dispatch_floating(DType dtype, const char* kernel, F&& f) {
   switch (dtype) {
-    case DType::Float32: f(float{}); return;
-    case DType::Float64: f(double{}); return;
-    case DType::Float16: f(Half{}); return;
-    case DType::BFloat16: f(BFloat16{}); return;
-    default: fail(kernel, "the CPU kernel has no {} version", dtype_name(dtype));
+    case DType::Float32:
+      f(float{});
+      return;
+    case DType::Float64:
+      f(double{});
+      return;
+    case DType::Float16:
+      f(Half{});
+      return;
+    case DType::BFloat16:
+      f(BFloat16{});
+      return;
+    default:
+      fail(kernel, "the CPU kernel has no {} version", dtype_name(dtype));
   }
 }
 
@@ -97,7 +138,7 @@ inline void parallel_for(int64_t n, int64_t grain, F&& f) {
     return;
   }
   const int64_t per = (n + chunks - 1) / chunks;
-#pragma omp parallel for schedule(static) num_threads(static_cast<int>(chunks))
+#pragma omp parallel for schedule(static) num_threads(static_cast <int>(chunks))
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * per, end = std::min(n, begin + per);
     if (begin < end) f(begin, end);
@@ -128,12 +169,10 @@ inline StridedLoop<N> make_loop(const StridedView* const (&views)[N]) {
   for (int d = 0; d < first.ndim; ++d) {
     if (first.shape[d] == 1) continue;
     int64_t stride_d[N];
-    for (int k = 0; k < N; ++k)
-      stride_d[k] = views[k]->strides[d] * static_cast<int64_t>(dtype_size(views[k]->dtype));
+    for (int k = 0; k < N; ++k) stride_d[k] = views[k]->strides[d] * static_cast<int64_t>(dtype_size(views[k]->dtype));
     const int i = loop.ndim;
     bool mergeable = i > 0;
-    for (int k = 0; k < N && mergeable; ++k)
-      mergeable = loop.byte_strides[k][i - 1] == stride_d[k] * first.shape[d];
+    for (int k = 0; k < N && mergeable; ++k) mergeable = loop.byte_strides[k][i - 1] == stride_d[k] * first.shape[d];
     if (mergeable) {
       loop.shape[i - 1] *= first.shape[d];
       for (int k = 0; k < N; ++k) loop.byte_strides[k][i - 1] = stride_d[k];

@@ -14,7 +14,7 @@ namespace {
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kInvSqrt2 = 0.7071067811865476;
-constexpr double kInvSqrt2Pi = 0.3989422804014327;   // 1/sqrt(2*pi)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1/sqrt(2*pi)
 constexpr double kGeluCubic = 0.044715;
 
 template <typename C>
@@ -60,35 +60,52 @@ void unary_typed(UnaryOp op, const T* in, T* out, int64_t n, double alpha) {
   using C = compute_t<T>;
   const C a = static_cast<C>(alpha);
   switch (op) {
-    case UnaryOp::Neg: return map_contiguous(in, out, n, [](C x) { return static_cast<C>(-x); });
-    case UnaryOp::Abs: return map_contiguous(in, out, n, [](C x) { return x < C(0) ? static_cast<C>(-x) : x; });
+    case UnaryOp::Neg:
+      return map_contiguous(in, out, n, [](C x) { return static_cast<C>(-x); });
+    case UnaryOp::Abs:
+      return map_contiguous(in, out, n, [](C x) { return x < C(0) ? static_cast<C>(-x) : x; });
     case UnaryOp::Sign:
       return map_contiguous(in, out, n, [](C x) { return static_cast<C>((x > C(0)) - (x < C(0))); });
-    case UnaryOp::AddScalar: return map_contiguous(in, out, n, [a](C x) { return static_cast<C>(x + a); });
-    case UnaryOp::MulScalar: return map_contiguous(in, out, n, [a](C x) { return static_cast<C>(x * a); });
-    case UnaryOp::RSubScalar: return map_contiguous(in, out, n, [a](C x) { return static_cast<C>(a - x); });
+    case UnaryOp::AddScalar:
+      return map_contiguous(in, out, n, [a](C x) { return static_cast<C>(x + a); });
+    case UnaryOp::MulScalar:
+      return map_contiguous(in, out, n, [a](C x) { return static_cast<C>(x * a); });
+    case UnaryOp::RSubScalar:
+      return map_contiguous(in, out, n, [a](C x) { return static_cast<C>(a - x); });
     case UnaryOp::ClampMin:
       return map_contiguous(in, out, n, [a](C x) { return x < a ? a : x; });  // NaN < a is false
     case UnaryOp::ClampMax:
       return map_contiguous(in, out, n, [a](C x) { return x > a ? a : x; });
-    default: break;
+    default:
+      break;
   }
   if constexpr (std::is_floating_point_v<C>) {
     switch (op) {
-      case UnaryOp::Exp: return map_contiguous(in, out, n, [](C x) { return std::exp(x); });
-      case UnaryOp::Log: return map_contiguous(in, out, n, [](C x) { return std::log(x); });
-      case UnaryOp::Sqrt: return map_contiguous(in, out, n, [](C x) { return std::sqrt(x); });
-      case UnaryOp::Rsqrt: return map_contiguous(in, out, n, [](C x) { return C(1) / std::sqrt(x); });
-      case UnaryOp::Relu: return map_contiguous(in, out, n, [](C x) { return x > C(0) ? x : (x == x ? C(0) : x); });
-      case UnaryOp::GeluTanh: return map_contiguous(in, out, n, [](C x) { return gelu_tanh(x); });
-      case UnaryOp::GeluErf: return map_contiguous(in, out, n, [](C x) { return gelu_erf(x); });
-      case UnaryOp::Tanh: return map_contiguous(in, out, n, [](C x) { return std::tanh(x); });
-      case UnaryOp::Sigmoid: return map_contiguous(in, out, n, [](C x) { return sigmoid(x); });
+      case UnaryOp::Exp:
+        return map_contiguous(in, out, n, [](C x) { return std::exp(x); });
+      case UnaryOp::Log:
+        return map_contiguous(in, out, n, [](C x) { return std::log(x); });
+      case UnaryOp::Sqrt:
+        return map_contiguous(in, out, n, [](C x) { return std::sqrt(x); });
+      case UnaryOp::Rsqrt:
+        return map_contiguous(in, out, n, [](C x) { return C(1) / std::sqrt(x); });
+      case UnaryOp::Relu:
+        return map_contiguous(in, out, n, [](C x) { return x > C(0) ? x : (x == x ? C(0) : x); });
+      case UnaryOp::GeluTanh:
+        return map_contiguous(in, out, n, [](C x) { return gelu_tanh(x); });
+      case UnaryOp::GeluErf:
+        return map_contiguous(in, out, n, [](C x) { return gelu_erf(x); });
+      case UnaryOp::Tanh:
+        return map_contiguous(in, out, n, [](C x) { return std::tanh(x); });
+      case UnaryOp::Sigmoid:
+        return map_contiguous(in, out, n, [](C x) { return sigmoid(x); });
       case UnaryOp::PowScalar:
         if (alpha == 2.0) return map_contiguous(in, out, n, [](C x) { return x * x; });
         return map_contiguous(in, out, n, [a](C x) { return std::pow(x, a); });
-      case UnaryOp::RDivScalar: return map_contiguous(in, out, n, [a](C x) { return a / x; });
-      default: break;
+      case UnaryOp::RDivScalar:
+        return map_contiguous(in, out, n, [a](C x) { return a / x; });
+      default:
+        break;
     }
   }
   if constexpr (std::is_same_v<T, bool>) {
@@ -129,33 +146,46 @@ template <typename T>
 void binary_typed(BinaryOp op, const StridedView& a, const StridedView& b, const StridedView& out) {
   using C = compute_t<T>;
   switch (op) {
-    case BinaryOp::Eq: return map_binary<T, bool>(a, b, out, [](C x, C y) { return x == y; });
-    case BinaryOp::Ne: return map_binary<T, bool>(a, b, out, [](C x, C y) { return x != y; });
-    case BinaryOp::Lt: return map_binary<T, bool>(a, b, out, [](C x, C y) { return x < y; });
-    case BinaryOp::Le: return map_binary<T, bool>(a, b, out, [](C x, C y) { return x <= y; });
-    case BinaryOp::Gt: return map_binary<T, bool>(a, b, out, [](C x, C y) { return x > y; });
-    case BinaryOp::Ge: return map_binary<T, bool>(a, b, out, [](C x, C y) { return x >= y; });
-    default: break;
+    case BinaryOp::Eq:
+      return map_binary<T, bool>(a, b, out, [](C x, C y) { return x == y; });
+    case BinaryOp::Ne:
+      return map_binary<T, bool>(a, b, out, [](C x, C y) { return x != y; });
+    case BinaryOp::Lt:
+      return map_binary<T, bool>(a, b, out, [](C x, C y) { return x < y; });
+    case BinaryOp::Le:
+      return map_binary<T, bool>(a, b, out, [](C x, C y) { return x <= y; });
+    case BinaryOp::Gt:
+      return map_binary<T, bool>(a, b, out, [](C x, C y) { return x > y; });
+    case BinaryOp::Ge:
+      return map_binary<T, bool>(a, b, out, [](C x, C y) { return x >= y; });
+    default:
+      break;
   }
   if constexpr (std::is_same_v<T, bool>) {
     if (op == BinaryOp::LogicalAnd) return map_binary<T, bool>(a, b, out, [](bool x, bool y) { return x && y; });
     if (op == BinaryOp::LogicalOr) return map_binary<T, bool>(a, b, out, [](bool x, bool y) { return x || y; });
   } else {
     switch (op) {
-      case BinaryOp::Add: return map_binary<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x + y); });
-      case BinaryOp::Sub: return map_binary<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x - y); });
-      case BinaryOp::Mul: return map_binary<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x * y); });
+      case BinaryOp::Add:
+        return map_binary<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x + y); });
+      case BinaryOp::Sub:
+        return map_binary<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x - y); });
+      case BinaryOp::Mul:
+        return map_binary<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x * y); });
       case BinaryOp::Maximum:
         return map_binary<T, T>(a, b, out, [](C x, C y) { return (x != x || x > y) ? x : y; });
       case BinaryOp::Minimum:
         return map_binary<T, T>(a, b, out, [](C x, C y) { return (x != x || x < y) ? x : y; });
-      default: break;
+      default:
+        break;
     }
   }
   if constexpr (std::is_floating_point_v<C>) {
     switch (op) {
-      case BinaryOp::Div: return map_binary<T, T>(a, b, out, [](C x, C y) { return x / y; });
-      case BinaryOp::Pow: return map_binary<T, T>(a, b, out, [](C x, C y) { return std::pow(x, y); });
+      case BinaryOp::Div:
+        return map_binary<T, T>(a, b, out, [](C x, C y) { return x / y; });
+      case BinaryOp::Pow:
+        return map_binary<T, T>(a, b, out, [](C x, C y) { return std::pow(x, y); });
       case BinaryOp::ReluBackward:
         return map_binary<T, T>(a, b, out, [](C g, C x) { return x > C(0) ? g : C(0); });
       case BinaryOp::GeluTanhBackward:
@@ -166,7 +196,8 @@ void binary_typed(BinaryOp op, const StridedView& a, const StridedView& b, const
         return map_binary<T, T>(a, b, out, [](C g, C y) { return g * (C(1) - y * y); });
       case BinaryOp::SigmoidBackward:
         return map_binary<T, T>(a, b, out, [](C g, C y) { return g * y * (C(1) - y); });
-      default: break;
+      default:
+        break;
     }
   }
   fail("binary", "op {} is not defined for {}", binary_op_name(op), dtype_name(dtype_of<T>));
@@ -186,7 +217,8 @@ void copy_typed(const StridedView& dst, const StridedView& src) {
         *reinterpret_cast<Dst*>(ptrs[0] + i * inner[0]) = *reinterpret_cast<const Src*>(ptrs[1] + i * inner[1]);
     } else {
       for (int64_t i = 0; i < count; ++i)
-        store(reinterpret_cast<Dst*>(ptrs[0] + i * inner[0]), load(reinterpret_cast<const Src*>(ptrs[1] + i * inner[1])));
+        store(reinterpret_cast<Dst*>(ptrs[0] + i * inner[0]),
+              load(reinterpret_cast<const Src*>(ptrs[1] + i * inner[1])));
     }
   });
 }
@@ -215,7 +247,8 @@ void unary(UnaryOp op, DType dtype, const void* in, void* out, int64_t n, double
   if (dtype == kFloat32 && op == UnaryOp::GeluErf) {  // vectorised fast path
     const float* x = static_cast<const float*>(in);
     float* y = static_cast<float*>(out);
-    parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) { gelu_erf_forward(x + begin, y + begin, end - begin); });
+    parallel_for(n, kElementwiseGrain,
+                 [&](int64_t begin, int64_t end) { gelu_erf_forward(x + begin, y + begin, end - begin); });
     return;
   }
   dispatch_all(dtype, [&](auto tag) {

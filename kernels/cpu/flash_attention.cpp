@@ -48,11 +48,23 @@ struct Problem {
   bool has_keep, has_additive;
   AttentionLayout q, k, v, o, go, gq, gk, gv;
   explicit Problem(const FlashAttentionArgs& args)
-      : a(args), B(args.batch), H(args.heads), T_(args.queries), S(args.keys), D(args.head_dim),
-        Dv(args.value_dim), shift(args.keys - args.queries), has_keep(args.keep.data != nullptr),
-        has_additive(args.additive.data != nullptr), q(resolve(args.q_layout, T_, D)), k(resolve(args.k_layout, S, D)),
-        v(resolve(args.v_layout, S, Dv)), o(resolve(args.out_layout, T_, Dv)), go(resolve(args.grad_out_layout, T_, Dv)),
-        gq(resolve(args.grad_q_layout, T_, D)), gk(resolve(args.grad_k_layout, S, D)),
+      : a(args),
+        B(args.batch),
+        H(args.heads),
+        T_(args.queries),
+        S(args.keys),
+        D(args.head_dim),
+        Dv(args.value_dim),
+        shift(args.keys - args.queries),
+        has_keep(args.keep.data != nullptr),
+        has_additive(args.additive.data != nullptr),
+        q(resolve(args.q_layout, T_, D)),
+        k(resolve(args.k_layout, S, D)),
+        v(resolve(args.v_layout, S, Dv)),
+        o(resolve(args.out_layout, T_, Dv)),
+        go(resolve(args.grad_out_layout, T_, Dv)),
+        gq(resolve(args.grad_q_layout, T_, D)),
+        gk(resolve(args.grad_k_layout, S, D)),
         gv(resolve(args.grad_v_layout, S, Dv)) {}
 
   AttentionLayout resolve(const AttentionLayout& l, int64_t len, int64_t dim) const {
@@ -177,7 +189,8 @@ void forward_typed(const FlashAttentionArgs& args) {
           pr.dropout_tile(p_drop.data(), kBlockK, b, h, i0, i1, j0, j1);
           p = p_drop.data();
         }
-        gemm<T>(false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1), acc.data(), pr.Dv);
+        gemm<T>(false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1), acc.data(),
+                pr.Dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* orow = O + Problem<T>::at(pr.o, b, h, i0 + r);
@@ -250,11 +263,11 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
 template <typename T>
 void backward_typed(const FlashAttentionArgs& args) {
   const Problem<T> pr(args);
-  BackwardTensors<T> t{static_cast<const T*>(args.q),       static_cast<const T*>(args.k),
-                       static_cast<const T*>(args.v),       static_cast<const T*>(args.out),
+  BackwardTensors<T> t{static_cast<const T*>(args.q),        static_cast<const T*>(args.k),
+                       static_cast<const T*>(args.v),        static_cast<const T*>(args.out),
                        static_cast<const T*>(args.grad_out), static_cast<const T*>(args.lse),
-                       static_cast<T*>(args.grad_q),        static_cast<T*>(args.grad_k),
-                       static_cast<T*>(args.grad_v),        {}};
+                       static_cast<T*>(args.grad_q),         static_cast<T*>(args.grad_k),
+                       static_cast<T*>(args.grad_v),         {}};
   const int64_t BH = pr.B * pr.H;
   t.delta.resize(static_cast<size_t>(BH * pr.T_));
   parallel_for(BH * pr.T_, 256, [&](int64_t begin, int64_t end) {
@@ -303,8 +316,8 @@ void backward_typed(const FlashAttentionArgs& args) {
             if (!visits(b, qb, kb)) continue;
             const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
             backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0),
-                          t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0), t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0),
-                          scratch);
+                          t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0),
+                          t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0), scratch);
           }
         }
       }
@@ -320,8 +333,9 @@ void backward_typed(const FlashAttentionArgs& args) {
       for (int64_t qb = 0; qb < q_blocks; ++qb) {
         if (!visits(b, qb, kb)) continue;
         const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
-        backward_tile(pr, t, bh, i0, i1, j0, j1, static_cast<T*>(nullptr), t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0),
-                      t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0), scratch);
+        backward_tile(pr, t, bh, i0, i1, j0, j1, static_cast<T*>(nullptr),
+                      t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0), t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0),
+                      scratch);
       }
     }
   });
@@ -333,8 +347,8 @@ void backward_typed(const FlashAttentionArgs& args) {
       for (int64_t kb = 0; kb < k_blocks; ++kb) {
         if (!visits(b, qb, kb)) continue;
         const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
-        backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0), static_cast<T*>(nullptr),
-                      static_cast<T*>(nullptr), scratch);
+        backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0),
+                      static_cast<T*>(nullptr), static_cast<T*>(nullptr), scratch);
       }
     }
   });

@@ -10,8 +10,8 @@
 
 namespace heed::kernels::cpu {
 
-void index_select(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner,
-                  const int64_t* index, int64_t index_count, void* out) {
+void index_select(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner, const int64_t* index,
+                  int64_t index_count, void* out) {
   const size_t row_bytes = static_cast<size_t>(inner) * dtype_size(dtype);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);

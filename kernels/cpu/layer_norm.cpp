@@ -109,8 +109,8 @@ void layer_norm_forward(DType dtype, const void* x, const void* weight, const vo
   dispatch_floating(dtype, "layer_norm_forward", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
-    forward_typed(static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), rows, cols,
-                  eps, static_cast<T*>(y), static_cast<C*>(mean), static_cast<C*>(rstd));
+    forward_typed(static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), rows, cols, eps,
+                  static_cast<T*>(y), static_cast<C*>(mean), static_cast<C*>(rstd));
   });
 }
 

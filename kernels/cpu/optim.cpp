@@ -51,8 +51,7 @@ void adam_step_typed(const AdamStepArgs& args) {
       T v_used = v;
       if (max_exp_avg_sq) {
         const T previous = max_exp_avg_sq[i];
-        v_used =
-            (v > previous || std::isnan(v)) ? v : previous;  // NaN propagates like torch.maximum
+        v_used = (v > previous || std::isnan(v)) ? v : previous;  // NaN propagates like torch.maximum
         max_exp_avg_sq[i] = v_used;
       }
       const T denom = std::sqrt(v_used) * inv_bias_correction2_sqrt + eps;
@@ -77,8 +76,7 @@ void adam_step(const AdamStepArgs& args) {
       adam_step_typed<double>(args);
       return;
     default:
-      fail("adam_step", "the CPU kernel supports float32 and float64 parameters, got {}",
-           dtype_name(args.dtype));
+      fail("adam_step", "the CPU kernel supports float32 and float64 parameters, got {}", dtype_name(args.dtype));
   }
 }
 

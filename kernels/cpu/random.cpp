@@ -30,8 +30,10 @@ T value_below(double high) {
     if (static_cast<double>(load(&h)) < high) return h;
     const bool negative = (h.bits & 0x8000u) != 0;
     const uint16_t magnitude = h.bits & 0x7fffu;
-    if (magnitude == 0) h.bits = 0x8001u;  // below +-0: the smallest negative subnormal
-    else h.bits = static_cast<uint16_t>(negative ? h.bits + 1 : h.bits - 1);
+    if (magnitude == 0)
+      h.bits = 0x8001u;  // below +-0: the smallest negative subnormal
+    else
+      h.bits = static_cast<uint16_t>(negative ? h.bits + 1 : h.bits - 1);
     return h;
   }
 }

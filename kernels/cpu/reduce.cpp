@@ -43,8 +43,7 @@ acc_t<T> sum_long(const T* p, int64_t n) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<acc_t<T>> partial(static_cast<size_t>(blocks));
   parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b)
-      partial[b] = sum_contiguous(p + b * kBlock, std::min(kBlock, n - b * kBlock));
+    for (int64_t b = begin; b < end; ++b) partial[b] = sum_contiguous(p + b * kBlock, std::min(kBlock, n - b * kBlock));
   });
   acc_t<T> total = 0;
   for (const auto& v : partial) total += v;
@@ -132,20 +131,22 @@ void reduce(ReduceOp op, DType dtype, const void* in, int64_t outer, int64_t ext
         else
           sum_typed(src, outer, extent, inner, static_cast<int64_t*>(out));
         return;
-      case ReduceOp::Max: return extremum_typed<T, true>(src, outer, extent, inner, static_cast<T*>(out), indices, false);
-      case ReduceOp::Min: return extremum_typed<T, false>(src, outer, extent, inner, static_cast<T*>(out), indices, false);
+      case ReduceOp::Max:
+        return extremum_typed<T, true>(src, outer, extent, inner, static_cast<T*>(out), indices, false);
+      case ReduceOp::Min:
+        return extremum_typed<T, false>(src, outer, extent, inner, static_cast<T*>(out), indices, false);
       case ReduceOp::ArgMax:
         return extremum_typed<T, true>(src, outer, extent, inner, static_cast<T*>(out), nullptr, true);
       case ReduceOp::ArgMin:
         return extremum_typed<T, false>(src, outer, extent, inner, static_cast<T*>(out), nullptr, true);
-      case ReduceOp::Count: break;
+      case ReduceOp::Count:
+        break;
     }
     fail("reduce", "unknown reduction");
   });
 }
 
-void variance(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner, double correction,
-              void* out) {
+void variance(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner, double correction, void* out) {
   dispatch_floating(dtype, "variance", [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in);

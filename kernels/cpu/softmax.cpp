@@ -124,9 +124,8 @@ void cross_entropy_forward_typed(const T* logits, const int64_t* targets, int64_
 }
 
 template <typename T>
-void cross_entropy_backward_typed(const T* logits, const int64_t* targets, const compute_t<T>* row_lse,
-                                  int64_t rows, int64_t classes, int64_t ignore_index, double smoothing,
-                                  double scale, T* grad) {
+void cross_entropy_backward_typed(const T* logits, const int64_t* targets, const compute_t<T>* row_lse, int64_t rows,
+                                  int64_t classes, int64_t ignore_index, double smoothing, double scale, T* grad) {
   using C = compute_t<T>;
   const C off_target = static_cast<C>(smoothing / static_cast<double>(classes));
   const C on_target = static_cast<C>(1.0 - smoothing) + off_target;
@@ -177,14 +176,13 @@ void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targe
   });
 }
 
-void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* row_lse,
-                            int64_t rows, int64_t classes, int64_t ignore_index, double smoothing, double scale,
-                            void* grad_logits) {
+void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* row_lse, int64_t rows,
+                            int64_t classes, int64_t ignore_index, double smoothing, double scale, void* grad_logits) {
   dispatch_floating(dtype, "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
-    cross_entropy_backward_typed(static_cast<const T*>(logits), targets, static_cast<const C*>(row_lse), rows,
-                                 classes, ignore_index, smoothing, scale, static_cast<T*>(grad_logits));
+    cross_entropy_backward_typed(static_cast<const T*>(logits), targets, static_cast<const C*>(row_lse), rows, classes,
+                                 ignore_index, smoothing, scale, static_cast<T*>(grad_logits));
   });
 }
 

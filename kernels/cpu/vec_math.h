@@ -3,7 +3,8 @@
 //
 // exp: Cephes' single-precision expf (range reduction by ln 2, degree-5 polynomial), about
 // 1-2 ulp over [-86, 88.37]; inputs below -86 (including -inf) give exactly 0, inputs above
-// 88.37 give +inf, NaN stays NaN. 2^n is applied as 2 * 2^(n-1) so n = 128 stays finite. The vector and scalar paths return identical bits.
+// 88.37 give +inf, NaN stays NaN. 2^n is applied as 2 * 2^(n-1) so n = 128 stays finite. The vector and scalar paths
+// return identical bits.
 #pragma once
 
 #include <cmath>
@@ -21,8 +22,8 @@ namespace exp_detail {
 inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kLn2Hi = 0.693359375f;
 inline constexpr float kLn2Lo = -2.12194440e-4f;
-inline constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                       kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+inline constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f, kP3 = 4.1665795894e-2f,
+                       kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
 inline constexpr float kLow = -86.0f, kHigh = 88.37f;
 }  // namespace exp_detail
 

@@ -166,11 +166,24 @@ __global__ void copy_kernel(Dst* dst, const Src* src, Geometry<2> g, int64_t n) 
 }
 
 // Same-size element copies move raw bits (one instantiation per element size).
-template <int kBytes> struct BitsOf;
-template <> struct BitsOf<1> { using type = uint8_t; };
-template <> struct BitsOf<2> { using type = uint16_t; };
-template <> struct BitsOf<4> { using type = uint32_t; };
-template <> struct BitsOf<8> { using type = uint64_t; };
+template <int kBytes>
+struct BitsOf;
+template <>
+struct BitsOf<1> {
+  using type = uint8_t;
+};
+template <>
+struct BitsOf<2> {
+  using type = uint16_t;
+};
+template <>
+struct BitsOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct BitsOf<8> {
+  using type = uint64_t;
+};
 
 }  // namespace
 
@@ -199,8 +212,8 @@ void copy(const StridedView& dst, const StridedView& src) {
   if (dst.dtype == src.dtype) {
     dispatch_all(dst.dtype, [&](auto tag) {
       using Bits = typename BitsOf<sizeof(decltype(tag))>::type;
-      HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<Bits, Bits>)(static_cast<Bits*>(dst.data),
-                                                                     static_cast<const Bits*>(src.data), g, n);
+      HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<Bits, Bits>)
+      (static_cast<Bits*>(dst.data), static_cast<const Bits*>(src.data), g, n);
     });
   } else {
     dispatch_all(dst.dtype, [&](auto dtag) {
@@ -208,8 +221,8 @@ void copy(const StridedView& dst, const StridedView& src) {
         using D = decltype(dtag);
         using S = decltype(stag);
         if constexpr (!std::is_same_v<D, S>)
-          HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<D, S>)(static_cast<D*>(dst.data),
-                                                                   static_cast<const S*>(src.data), g, n);
+          HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<D, S>)
+          (static_cast<D*>(dst.data), static_cast<const S*>(src.data), g, n);
       });
     });
   }

@@ -190,21 +190,34 @@ HEED_HD uint16_t float_to_bfloat16(float f) {
 }
 HEED_HD float bfloat16_to_float(uint16_t b) { return bits_as_float(static_cast<uint32_t>(b) << 16); }
 
-template <typename T> struct ComputeOf { using type = T; };
-template <> struct ComputeOf<HalfBits> { using type = float; };
-template <> struct ComputeOf<BFloat16Bits> { using type = float; };
-template <typename T> using compute_t = typename ComputeOf<T>::type;
+template <typename T>
+struct ComputeOf {
+  using type = T;
+};
+template <>
+struct ComputeOf<HalfBits> {
+  using type = float;
+};
+template <>
+struct ComputeOf<BFloat16Bits> {
+  using type = float;
+};
+template <typename T>
+using compute_t = typename ComputeOf<T>::type;
 
-template <typename T> inline constexpr bool is_half_storage_v =
-    std::is_same_v<T, HalfBits> || std::is_same_v<T, BFloat16Bits>;
-template <typename T> inline constexpr bool is_float_storage_v =
-    std::is_floating_point_v<T> || is_half_storage_v<T>;
+template <typename T>
+inline constexpr bool is_half_storage_v = std::is_same_v<T, HalfBits> || std::is_same_v<T, BFloat16Bits>;
+template <typename T>
+inline constexpr bool is_float_storage_v = std::is_floating_point_v<T> || is_half_storage_v<T>;
 
 template <typename T>
 HEED_HD compute_t<T> load(const T* p) {
-  if constexpr (std::is_same_v<T, HalfBits>) return half_to_float(p->bits);
-  else if constexpr (std::is_same_v<T, BFloat16Bits>) return bfloat16_to_float(p->bits);
-  else return *p;
+  if constexpr (std::is_same_v<T, HalfBits>)
+    return half_to_float(p->bits);
+  else if constexpr (std::is_same_v<T, BFloat16Bits>)
+    return bfloat16_to_float(p->bits);
+  else
+    return *p;
 }
 
 template <typename I, typename F>
@@ -218,11 +231,16 @@ HEED_HD I saturating_cast(F v) {
 // Any element value -> T, as cpu::convert does.
 template <typename T, typename V>
 HEED_HD T convert(V v) {
-  if constexpr (std::is_same_v<T, HalfBits>) return HalfBits{float_to_half(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<T, BFloat16Bits>) return BFloat16Bits{float_to_bfloat16(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<T, bool>) return v != V(0);
-  else if constexpr (std::is_integral_v<T> && std::is_floating_point_v<V>) return saturating_cast<T>(v);
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, HalfBits>)
+    return HalfBits{float_to_half(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, BFloat16Bits>)
+    return BFloat16Bits{float_to_bfloat16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, bool>)
+    return v != V(0);
+  else if constexpr (std::is_integral_v<T> && std::is_floating_point_v<V>)
+    return saturating_cast<T>(v);
+  else
+    return static_cast<T>(v);
 }
 
 template <typename T, typename V>
@@ -230,8 +248,14 @@ HEED_HD void store(T* p, V v) {
   *p = convert<T>(v);
 }
 
-template <typename C> HEED_HD C positive_infinity() { return std::numeric_limits<C>::infinity(); }
-template <typename C> HEED_HD C quiet_nan() { return std::numeric_limits<C>::quiet_NaN(); }
+template <typename C>
+HEED_HD C positive_infinity() {
+  return std::numeric_limits<C>::infinity();
+}
+template <typename C>
+HEED_HD C quiet_nan() {
+  return std::numeric_limits<C>::quiet_NaN();
+}
 
 // Math in the compute type (float or double), the functions the CPU kernels call.
 HEED_HD float math_exp(float x) { return expf(x); }
@@ -252,24 +276,47 @@ HEED_HD double math_pow(double x, double y) { return pow(x, y); }
 template <typename F>
 void dispatch_all(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::Float32: f(float{}); return;
-    case DType::Float64: f(double{}); return;
-    case DType::Float16: f(HalfBits{}); return;
-    case DType::BFloat16: f(BFloat16Bits{}); return;
-    case DType::Int32: f(int32_t{}); return;
-    case DType::Int64: f(int64_t{}); return;
-    case DType::Bool: f(bool{}); return;
+    case DType::Float32:
+      f(float{});
+      return;
+    case DType::Float64:
+      f(double{});
+      return;
+    case DType::Float16:
+      f(HalfBits{});
+      return;
+    case DType::BFloat16:
+      f(BFloat16Bits{});
+      return;
+    case DType::Int32:
+      f(int32_t{});
+      return;
+    case DType::Int64:
+      f(int64_t{});
+      return;
+    case DType::Bool:
+      f(bool{});
+      return;
   }
 }
 
 template <typename F>
 void dispatch_floating(DType dtype, const char* kernel, F&& f) {
   switch (dtype) {
-    case DType::Float32: f(float{}); return;
-    case DType::Float64: f(double{}); return;
-    case DType::Float16: f(HalfBits{}); return;
-    case DType::BFloat16: f(BFloat16Bits{}); return;
-    default: unsupported_dtype(kernel, dtype);
+    case DType::Float32:
+      f(float{});
+      return;
+    case DType::Float64:
+      f(double{});
+      return;
+    case DType::Float16:
+      f(HalfBits{});
+      return;
+    case DType::BFloat16:
+      f(BFloat16Bits{});
+      return;
+    default:
+      unsupported_dtype(kernel, dtype);
   }
 }
 
@@ -293,8 +340,7 @@ Geometry<N> make_geometry(const StridedView* const (&views)[N]) {
     if (first.shape[d] == 1) continue;
     const int i = g.ndim;
     bool mergeable = i > 0;
-    for (int k = 0; k < N && mergeable; ++k)
-      mergeable = g.strides[k][i - 1] == views[k]->strides[d] * first.shape[d];
+    for (int k = 0; k < N && mergeable; ++k) mergeable = g.strides[k][i - 1] == views[k]->strides[d] * first.shape[d];
     if (mergeable) {
       g.shape[i - 1] *= first.shape[d];
       for (int k = 0; k < N; ++k) g.strides[k][i - 1] = views[k]->strides[d];

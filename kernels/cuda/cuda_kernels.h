@@ -27,8 +27,7 @@ void arange(DType dtype, void* out, int64_t n, double start, double step);
 // reduce.cu
 void reduce(ReduceOp op, DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner, void* out,
             int64_t* indices);
-void variance(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner, double correction,
-              void* out);
+void variance(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner, double correction, void* out);
 double global_norm(const NormInput* inputs, int count, double norm_type);
 
 // gemm.cu
@@ -40,13 +39,12 @@ void softmax_backward(DType dtype, const void* y, const void* grad_out, void* gr
                       bool log);
 void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets, int64_t rows, int64_t classes,
                            int64_t ignore_index, double smoothing, void* row_loss, void* row_lse);
-void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* row_lse,
-                            int64_t rows, int64_t classes, int64_t ignore_index, double smoothing, double scale,
-                            void* grad_logits);
+void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* row_lse, int64_t rows,
+                            int64_t classes, int64_t ignore_index, double smoothing, double scale, void* grad_logits);
 
 // index.cu
-void index_select(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner,
-                  const int64_t* index, int64_t index_count, void* out);
+void index_select(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner, const int64_t* index,
+                  int64_t index_count, void* out);
 void index_add(DType dtype, void* out, int64_t outer, int64_t out_extent, int64_t inner, const int64_t* index,
                int64_t index_count, const void* src);
 void gather(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner, const int64_t* index,

@@ -49,8 +49,14 @@ __device__ C sigmoid(C x) {
 
 bool unary_defined(UnaryOp op, DType dtype) {
   switch (op) {
-    case UnaryOp::Neg: case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::AddScalar: case UnaryOp::MulScalar:
-    case UnaryOp::RSubScalar: case UnaryOp::ClampMin: case UnaryOp::ClampMax:
+    case UnaryOp::Neg:
+    case UnaryOp::Abs:
+    case UnaryOp::Sign:
+    case UnaryOp::AddScalar:
+    case UnaryOp::MulScalar:
+    case UnaryOp::RSubScalar:
+    case UnaryOp::ClampMin:
+    case UnaryOp::ClampMax:
       return true;
     case UnaryOp::LogicalNot:
       return dtype == kBool;
@@ -65,30 +71,51 @@ template <typename T>
 __device__ compute_t<T> apply_unary(UnaryOp op, compute_t<T> x, compute_t<T> a, bool square) {
   using C = compute_t<T>;
   switch (op) {
-    case UnaryOp::Neg: return static_cast<C>(-x);
-    case UnaryOp::Abs: return x < C(0) ? static_cast<C>(-x) : x;
-    case UnaryOp::Sign: return static_cast<C>((x > C(0)) - (x < C(0)));
-    case UnaryOp::AddScalar: return static_cast<C>(x + a);
-    case UnaryOp::MulScalar: return static_cast<C>(x * a);
-    case UnaryOp::RSubScalar: return static_cast<C>(a - x);
-    case UnaryOp::ClampMin: return x < a ? a : x;
-    case UnaryOp::ClampMax: return x > a ? a : x;
-    default: break;
+    case UnaryOp::Neg:
+      return static_cast<C>(-x);
+    case UnaryOp::Abs:
+      return x < C(0) ? static_cast<C>(-x) : x;
+    case UnaryOp::Sign:
+      return static_cast<C>((x > C(0)) - (x < C(0)));
+    case UnaryOp::AddScalar:
+      return static_cast<C>(x + a);
+    case UnaryOp::MulScalar:
+      return static_cast<C>(x * a);
+    case UnaryOp::RSubScalar:
+      return static_cast<C>(a - x);
+    case UnaryOp::ClampMin:
+      return x < a ? a : x;
+    case UnaryOp::ClampMax:
+      return x > a ? a : x;
+    default:
+      break;
   }
   if constexpr (std::is_floating_point_v<C>) {
     switch (op) {
-      case UnaryOp::Exp: return math_exp(x);
-      case UnaryOp::Log: return math_log(x);
-      case UnaryOp::Sqrt: return math_sqrt(x);
-      case UnaryOp::Rsqrt: return C(1) / math_sqrt(x);
-      case UnaryOp::Relu: return x > C(0) ? x : (x == x ? C(0) : x);
-      case UnaryOp::GeluTanh: return gelu_tanh(x);
-      case UnaryOp::GeluErf: return gelu_erf(x);
-      case UnaryOp::Tanh: return math_tanh(x);
-      case UnaryOp::Sigmoid: return sigmoid(x);
-      case UnaryOp::PowScalar: return square ? x * x : math_pow(x, a);
-      case UnaryOp::RDivScalar: return a / x;
-      default: break;
+      case UnaryOp::Exp:
+        return math_exp(x);
+      case UnaryOp::Log:
+        return math_log(x);
+      case UnaryOp::Sqrt:
+        return math_sqrt(x);
+      case UnaryOp::Rsqrt:
+        return C(1) / math_sqrt(x);
+      case UnaryOp::Relu:
+        return x > C(0) ? x : (x == x ? C(0) : x);
+      case UnaryOp::GeluTanh:
+        return gelu_tanh(x);
+      case UnaryOp::GeluErf:
+        return gelu_erf(x);
+      case UnaryOp::Tanh:
+        return math_tanh(x);
+      case UnaryOp::Sigmoid:
+        return sigmoid(x);
+      case UnaryOp::PowScalar:
+        return square ? x * x : math_pow(x, a);
+      case UnaryOp::RDivScalar:
+        return a / x;
+      default:
+        break;
     }
   }
   if constexpr (std::is_same_v<T, bool>) {
@@ -108,9 +135,14 @@ __global__ void unary_kernel(UnaryOp op, const T* in, T* out, int64_t n, compute
 bool binary_defined(BinaryOp op, DType dtype) {
   if (is_comparison(op)) return true;
   switch (op) {
-    case BinaryOp::LogicalAnd: case BinaryOp::LogicalOr:
+    case BinaryOp::LogicalAnd:
+    case BinaryOp::LogicalOr:
       return dtype == kBool;
-    case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul: case BinaryOp::Maximum: case BinaryOp::Minimum:
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+    case BinaryOp::Mul:
+    case BinaryOp::Maximum:
+    case BinaryOp::Minimum:
       return dtype != kBool;
     case BinaryOp::Count:
       return false;
@@ -124,35 +156,58 @@ __device__ Out apply_binary(BinaryOp op, compute_t<T> x, compute_t<T> y) {
   using C = compute_t<T>;
   if constexpr (std::is_same_v<Out, bool>) {
     switch (op) {
-      case BinaryOp::Eq: return x == y;
-      case BinaryOp::Ne: return x != y;
-      case BinaryOp::Lt: return x < y;
-      case BinaryOp::Le: return x <= y;
-      case BinaryOp::Gt: return x > y;
-      case BinaryOp::Ge: return x >= y;
-      case BinaryOp::LogicalAnd: return static_cast<bool>(x) && static_cast<bool>(y);
-      case BinaryOp::LogicalOr: return static_cast<bool>(x) || static_cast<bool>(y);
-      default: return false;
+      case BinaryOp::Eq:
+        return x == y;
+      case BinaryOp::Ne:
+        return x != y;
+      case BinaryOp::Lt:
+        return x < y;
+      case BinaryOp::Le:
+        return x <= y;
+      case BinaryOp::Gt:
+        return x > y;
+      case BinaryOp::Ge:
+        return x >= y;
+      case BinaryOp::LogicalAnd:
+        return static_cast<bool>(x) && static_cast<bool>(y);
+      case BinaryOp::LogicalOr:
+        return static_cast<bool>(x) || static_cast<bool>(y);
+      default:
+        return false;
     }
   } else {
     switch (op) {
-      case BinaryOp::Add: return convert<Out>(static_cast<C>(x + y));
-      case BinaryOp::Sub: return convert<Out>(static_cast<C>(x - y));
-      case BinaryOp::Mul: return convert<Out>(static_cast<C>(x * y));
-      case BinaryOp::Maximum: return convert<Out>((x != x || x > y) ? x : y);
-      case BinaryOp::Minimum: return convert<Out>((x != x || x < y) ? x : y);
-      default: break;
+      case BinaryOp::Add:
+        return convert<Out>(static_cast<C>(x + y));
+      case BinaryOp::Sub:
+        return convert<Out>(static_cast<C>(x - y));
+      case BinaryOp::Mul:
+        return convert<Out>(static_cast<C>(x * y));
+      case BinaryOp::Maximum:
+        return convert<Out>((x != x || x > y) ? x : y);
+      case BinaryOp::Minimum:
+        return convert<Out>((x != x || x < y) ? x : y);
+      default:
+        break;
     }
     if constexpr (std::is_floating_point_v<C>) {
       switch (op) {
-        case BinaryOp::Div: return convert<Out>(x / y);
-        case BinaryOp::Pow: return convert<Out>(math_pow(x, y));
-        case BinaryOp::ReluBackward: return convert<Out>(y > C(0) ? x : C(0));
-        case BinaryOp::GeluTanhBackward: return convert<Out>(x * gelu_tanh_grad(y));
-        case BinaryOp::GeluErfBackward: return convert<Out>(x * gelu_erf_grad(y));
-        case BinaryOp::TanhBackward: return convert<Out>(x * (C(1) - y * y));
-        case BinaryOp::SigmoidBackward: return convert<Out>(x * y * (C(1) - y));
-        default: break;
+        case BinaryOp::Div:
+          return convert<Out>(x / y);
+        case BinaryOp::Pow:
+          return convert<Out>(math_pow(x, y));
+        case BinaryOp::ReluBackward:
+          return convert<Out>(y > C(0) ? x : C(0));
+        case BinaryOp::GeluTanhBackward:
+          return convert<Out>(x * gelu_tanh_grad(y));
+        case BinaryOp::GeluErfBackward:
+          return convert<Out>(x * gelu_erf_grad(y));
+        case BinaryOp::TanhBackward:
+          return convert<Out>(x * (C(1) - y * y));
+        case BinaryOp::SigmoidBackward:
+          return convert<Out>(x * y * (C(1) - y));
+        default:
+          break;
       }
     }
     return convert<Out>(x);  // unreachable: the host checks binary_defined first
@@ -198,8 +253,8 @@ void unary(UnaryOp op, DType dtype, const void* in, void* out, int64_t n, double
   dispatch_all(dtype, [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
-    HEED_LAUNCH(grid_for(n), kThreads, 0, unary_kernel<T>)(op, static_cast<const T*>(in), static_cast<T*>(out), n,
-                                                           static_cast<C>(alpha), alpha == 2.0);
+    HEED_LAUNCH(grid_for(n), kThreads, 0, unary_kernel<T>)
+    (op, static_cast<const T*>(in), static_cast<T*>(out), n, static_cast<C>(alpha), alpha == 2.0);
   });
   check_launch("unary");
 }
@@ -214,11 +269,11 @@ void binary(BinaryOp op, const StridedView& a, const StridedView& b, const Strid
   dispatch_all(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (to_bool) {
-      HEED_LAUNCH(grid_for(n), kThreads, 0, binary_kernel<T, bool>)(
-          op, static_cast<const T*>(a.data), static_cast<const T*>(b.data), static_cast<bool*>(out.data), g, n);
+      HEED_LAUNCH(grid_for(n), kThreads, 0, binary_kernel<T, bool>)
+      (op, static_cast<const T*>(a.data), static_cast<const T*>(b.data), static_cast<bool*>(out.data), g, n);
     } else if constexpr (!std::is_same_v<T, bool>) {
-      HEED_LAUNCH(grid_for(n), kThreads, 0, binary_kernel<T, T>)(
-          op, static_cast<const T*>(a.data), static_cast<const T*>(b.data), static_cast<T*>(out.data), g, n);
+      HEED_LAUNCH(grid_for(n), kThreads, 0, binary_kernel<T, T>)
+      (op, static_cast<const T*>(a.data), static_cast<const T*>(b.data), static_cast<T*>(out.data), g, n);
     }
   });
   check_launch("binary");
@@ -231,15 +286,23 @@ void where(const StridedView& cond, const StridedView& a, const StridedView& b, 
   const Geometry<4> g = make_geometry(views);
   auto launch = [&](auto bits_tag) {
     using Bits = decltype(bits_tag);
-    HEED_LAUNCH(grid_for(n), kThreads, 0, where_kernel<Bits>)(
-        static_cast<const bool*>(cond.data), static_cast<const Bits*>(a.data), static_cast<const Bits*>(b.data),
-        static_cast<Bits*>(out.data), g, n);
+    HEED_LAUNCH(grid_for(n), kThreads, 0, where_kernel<Bits>)
+    (static_cast<const bool*>(cond.data), static_cast<const Bits*>(a.data), static_cast<const Bits*>(b.data),
+     static_cast<Bits*>(out.data), g, n);
   };
   switch (dtype_size(out.dtype)) {
-    case 1: launch(uint8_t{}); break;
-    case 2: launch(uint16_t{}); break;
-    case 4: launch(uint32_t{}); break;
-    default: launch(uint64_t{}); break;
+    case 1:
+      launch(uint8_t{});
+      break;
+    case 2:
+      launch(uint16_t{});
+      break;
+    case 4:
+      launch(uint32_t{});
+      break;
+    default:
+      launch(uint64_t{});
+      break;
   }
   check_launch("where");
 }

@@ -212,8 +212,8 @@ BackwardLayout backward_layout(int tile, int64_t D, int64_t Dv) {
 // ---- forward --------------------------------------------------------------------------------------
 
 template <typename T, int kTile>
-__global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(FlashParams<T> p, ForwardLayout L,
-                                                                      int64_t q_tiles) {
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_forward_kernel(FlashParams<T> p, ForwardLayout L, int64_t q_tiles) {
   constexpr int R = kTile / kSide;
   T* smem = dynamic_shared<T>();
   T* Qs = smem + L.q;
@@ -253,8 +253,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(FlashParam
       for (int r = 0; r < R; ++r) {
         T local_max = neg_inf;
         for (int c = 0; c < R; ++c) {
-          s[r][c] = masked_score(p, b, h, i0 + ty + kSide * r, j0 + tx + kSide * c, j0 + cols < limit ? j0 + cols : limit,
-                                 p.scale * s[r][c]);
+          s[r][c] = masked_score(p, b, h, i0 + ty + kSide * r, j0 + tx + kSide * c,
+                                 j0 + cols < limit ? j0 + cols : limit, p.scale * s[r][c]);
           local_max = s[r][c] > local_max ? s[r][c] : local_max;
         }
         red[(ty + kSide * r) * (kSide + 1) + tx] = local_max;
@@ -443,8 +443,8 @@ __device__ void zero_gradient(T* base, int64_t stride, int64_t valid, int64_t wi
 
 // One block per (b, h, key tile): dK and dV of those keys, over the query tiles in order.
 template <typename T, int kTile>
-__global__ void __launch_bounds__(kFlashThreads) flash_backward_kv_kernel(FlashParams<T> p, BackwardLayout L,
-                                                                          int64_t q_tiles, int64_t k_tiles) {
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_backward_kv_kernel(FlashParams<T> p, BackwardLayout L, int64_t q_tiles, int64_t k_tiles) {
   constexpr int R = kTile / kSide;
   T* smem = dynamic_shared<T>();
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
@@ -481,8 +481,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_backward_kv_kernel(FlashP
 
 // One block per (b, h, query tile): dQ of those queries, over the visible key tiles in order.
 template <typename T, int kTile>
-__global__ void __launch_bounds__(kFlashThreads) flash_backward_q_kernel(FlashParams<T> p, BackwardLayout L,
-                                                                         int64_t q_tiles) {
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_backward_q_kernel(FlashParams<T> p, BackwardLayout L, int64_t q_tiles) {
   constexpr int R = kTile / kSide;
   T* smem = dynamic_shared<T>();
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
@@ -504,8 +504,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_backward_q_kernel(FlashPa
       __syncthreads();
       tile_probabilities_and_ds<T, kTile, R>(p, L, smem, b, h, i0, j0, cols, limit, tx, ty, [] {});
       // dQ[i][d] += scale * sum_j dS[i][j] K[j][d]
-      accumulate_gradient<T, R>(dq, p.lgq.seq, rows, p.D, smem + L.s, L.ld_s, 1, smem + L.k, L.ld_qk, cols, p.scale,
-                                tx, ty);
+      accumulate_gradient<T, R>(dq, p.lgq.seq, rows, p.D, smem + L.s, L.ld_s, 1, smem + L.k, L.ld_qk, cols, p.scale, tx,
+                                ty);
     }
   }
 }
@@ -529,8 +529,8 @@ KeyLengths device_key_lengths(const int64_t* lengths, int64_t batch) {
     return out;
   }
   out.copy = std::make_unique<DeviceBuffer>(static_cast<size_t>(batch) * sizeof(int64_t));
-  HEED_CUDA_CHECK(cudaMemcpy(out.copy->as<void>(), lengths, static_cast<size_t>(batch) * sizeof(int64_t),
-                             cudaMemcpyHostToDevice));
+  HEED_CUDA_CHECK(
+      cudaMemcpy(out.copy->as<void>(), lengths, static_cast<size_t>(batch) * sizeof(int64_t), cudaMemcpyHostToDevice));
   out.device = out.copy->as<const int64_t>();
   return out;
 }
@@ -585,7 +585,8 @@ void check_args(const FlashAttentionArgs& a, const char* name) {
     throw_error(name, "negative attention dimension");
   if (a.keep.data && a.keep.ndim != 4) throw_error(name, "the keep mask must be a 4-d view (B,H,T,S)");
   if (a.additive.data && a.additive.ndim != 4) throw_error(name, "the additive mask must be a 4-d view (B,H,T,S)");
-  if (a.additive.data && a.additive.dtype != a.dtype) throw_error(name, "the additive mask must have the compute dtype");
+  if (a.additive.data && a.additive.dtype != a.dtype)
+    throw_error(name, "the additive mask must have the compute dtype");
 }
 
 // 64 when its shared memory fits the device, else 32; raises when neither does.
@@ -651,14 +652,16 @@ void backward_typed(const FlashAttentionArgs& a) {
     if (kv_tasks > 0)
       HEED_LAUNCH(task_grid(kv_tasks), kFlashThreads, bytes, flash_backward_kv_kernel<T, 64>)(p, L, q_tiles, k_tiles);
     check_launch("flash_attention_backward");
-    if (q_tasks > 0) HEED_LAUNCH(task_grid(q_tasks), kFlashThreads, bytes, flash_backward_q_kernel<T, 64>)(p, L, q_tiles);
+    if (q_tasks > 0)
+      HEED_LAUNCH(task_grid(q_tasks), kFlashThreads, bytes, flash_backward_q_kernel<T, 64>)(p, L, q_tiles);
   } else {
     allow_shared(flash_backward_kv_kernel<T, 32>, bytes);
     allow_shared(flash_backward_q_kernel<T, 32>, bytes);
     if (kv_tasks > 0)
       HEED_LAUNCH(task_grid(kv_tasks), kFlashThreads, bytes, flash_backward_kv_kernel<T, 32>)(p, L, q_tiles, k_tiles);
     check_launch("flash_attention_backward");
-    if (q_tasks > 0) HEED_LAUNCH(task_grid(q_tasks), kFlashThreads, bytes, flash_backward_q_kernel<T, 32>)(p, L, q_tiles);
+    if (q_tasks > 0)
+      HEED_LAUNCH(task_grid(q_tasks), kFlashThreads, bytes, flash_backward_q_kernel<T, 32>)(p, L, q_tiles);
   }
   check_launch("flash_attention_backward");
 }
@@ -668,18 +671,24 @@ void backward_typed(const FlashAttentionArgs& a) {
 void flash_attention_forward(const FlashAttentionArgs& args) {
   check_args(args, "flash_attention_forward");
   switch (args.dtype) {
-    case DType::Float32: return forward_typed<float>(args);
-    case DType::Float64: return forward_typed<double>(args);
-    default: unsupported_dtype("flash_attention_forward", args.dtype);
+    case DType::Float32:
+      return forward_typed<float>(args);
+    case DType::Float64:
+      return forward_typed<double>(args);
+    default:
+      unsupported_dtype("flash_attention_forward", args.dtype);
   }
 }
 
 void flash_attention_backward(const FlashAttentionArgs& args) {
   check_args(args, "flash_attention_backward");
   switch (args.dtype) {
-    case DType::Float32: return backward_typed<float>(args);
-    case DType::Float64: return backward_typed<double>(args);
-    default: unsupported_dtype("flash_attention_backward", args.dtype);
+    case DType::Float32:
+      return backward_typed<float>(args);
+    case DType::Float64:
+      return backward_typed<double>(args);
+    default:
+      unsupported_dtype("flash_attention_backward", args.dtype);
   }
 }
 

@@ -72,10 +72,10 @@ void gemm(const GemmArgs& g) {
     const char* a = static_cast<const char*>(g.a) + static_cast<size_t>(first * g.batch_stride_a) * element;
     const char* b = static_cast<const char*>(g.b) + static_cast<size_t>(first * g.batch_stride_b) * element;
     char* c = static_cast<char*>(g.c) + static_cast<size_t>(first * g.batch_stride_c) * element;
-    HEED_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        handle(), g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, alpha, b, type,
-        ldb, g.batch_stride_b, a, type, lda, g.batch_stride_a, beta, c, type, ldc, g.batch_stride_c, count, compute,
-        CUBLAS_GEMM_DEFAULT));
+    HEED_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle(), g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                 g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, alpha, b, type, ldb,
+                                                 g.batch_stride_b, a, type, lda, g.batch_stride_a, beta, c, type, ldc,
+                                                 g.batch_stride_c, count, compute, CUBLAS_GEMM_DEFAULT));
   }
 }
 

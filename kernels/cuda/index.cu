@@ -20,10 +20,18 @@ namespace {
 template <typename F>
 void dispatch_bits(DType dtype, F&& f) {
   switch (dtype_size(dtype)) {
-    case 1: f(uint8_t{}); return;
-    case 2: f(uint16_t{}); return;
-    case 4: f(uint32_t{}); return;
-    default: f(uint64_t{}); return;
+    case 1:
+      f(uint8_t{});
+      return;
+    case 2:
+      f(uint16_t{});
+      return;
+    case 4:
+      f(uint32_t{});
+      return;
+    default:
+      f(uint64_t{});
+      return;
   }
 }
 
@@ -91,14 +99,14 @@ __global__ void scatter_add_kernel(T* out, int64_t outer, int64_t out_extent, in
 
 }  // namespace
 
-void index_select(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner,
-                  const int64_t* index, int64_t index_count, void* out) {
+void index_select(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64_t inner, const int64_t* index,
+                  int64_t index_count, void* out) {
   const int64_t n = outer * index_count * inner;
   if (n <= 0) return;
   dispatch_bits(dtype, [&](auto tag) {
     using Bits = decltype(tag);
-    HEED_LAUNCH(grid_for(n), kThreads, 0, index_select_kernel<Bits>)(static_cast<const Bits*>(in), in_extent, inner,
-                                                                      index, index_count, static_cast<Bits*>(out), n);
+    HEED_LAUNCH(grid_for(n), kThreads, 0, index_select_kernel<Bits>)
+    (static_cast<const Bits*>(in), in_extent, inner, index, index_count, static_cast<Bits*>(out), n);
   });
   check_launch("index_select");
 }
@@ -113,8 +121,9 @@ void index_add(DType dtype, void* out, int64_t outer, int64_t out_extent, int64_
     HEED_CUDA_CHECK(cudaMemcpy(host_index.data(), index, host_index.size() * sizeof(int64_t), cudaMemcpyDeviceToHost));
     std::vector<int64_t> order(host_index.size());
     std::iota(order.begin(), order.end(), int64_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t x, int64_t y) { return host_index[static_cast<size_t>(x)] < host_index[static_cast<size_t>(y)]; });
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return host_index[static_cast<size_t>(x)] < host_index[static_cast<size_t>(y)];
+    });
     std::vector<int64_t> dest, begin;
     for (size_t s = 0; s < order.size(); ++s) {
       const int64_t row = host_index[static_cast<size_t>(order[s])];
@@ -136,9 +145,9 @@ void index_add(DType dtype, void* out, int64_t outer, int64_t out_extent, int64_
         cudaMemcpy(grouping.as<void>(), packed.data(), packed.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
     const int64_t* device_dest = grouping.as<const int64_t>();
     const int64_t n = outer * groups * inner;
-    HEED_LAUNCH(grid_for(n), kThreads, 0, index_add_kernel<T>)(
-        static_cast<T*>(out), outer, out_extent, inner, device_dest, device_dest + groups,
-        device_dest + 2 * groups + 1, groups, index_count, static_cast<const T*>(src));
+    HEED_LAUNCH(grid_for(n), kThreads, 0, index_add_kernel<T>)
+    (static_cast<T*>(out), outer, out_extent, inner, device_dest, device_dest + groups, device_dest + 2 * groups + 1,
+     groups, index_count, static_cast<const T*>(src));
     check_launch("index_add");
   });
 }
@@ -149,8 +158,8 @@ void gather(DType dtype, const void* in, int64_t outer, int64_t in_extent, int64
   if (n <= 0) return;
   dispatch_bits(dtype, [&](auto tag) {
     using Bits = decltype(tag);
-    HEED_LAUNCH(grid_for(n), kThreads, 0, gather_kernel<Bits>)(static_cast<const Bits*>(in), in_extent, inner, index,
-                                                                index_extent, static_cast<Bits*>(out), n);
+    HEED_LAUNCH(grid_for(n), kThreads, 0, gather_kernel<Bits>)
+    (static_cast<const Bits*>(in), in_extent, inner, index, index_extent, static_cast<Bits*>(out), n);
   });
   check_launch("gather");
 }
@@ -161,8 +170,8 @@ void scatter_add(DType dtype, void* out, int64_t outer, int64_t out_extent, int6
     using T = decltype(tag);
     const int64_t columns = outer * inner;
     if (columns <= 0 || index_extent <= 0) return;
-    HEED_LAUNCH(grid_for(columns), kThreads, 0, scatter_add_kernel<T>)(static_cast<T*>(out), outer, out_extent, inner,
-                                                                        index, index_extent, static_cast<const T*>(src));
+    HEED_LAUNCH(grid_for(columns), kThreads, 0, scatter_add_kernel<T>)
+    (static_cast<T*>(out), outer, out_extent, inner, index, index_extent, static_cast<const T*>(src));
     check_launch("scatter_add");
   });
 }

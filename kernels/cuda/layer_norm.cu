@@ -102,8 +102,8 @@ __global__ void backward_partial_kernel(const T* x, const compute_t<T>* mean, co
 }
 
 template <typename T>
-__global__ void backward_params_kernel(const double* partial_dw, const double* partial_db, int64_t cols,
-                                       int64_t blocks, T* dw, T* db) {
+__global__ void backward_params_kernel(const double* partial_dw, const double* partial_db, int64_t cols, int64_t blocks,
+                                       T* dw, T* db) {
   for (int64_t c = global_thread_index(); c < cols; c += grid_stride()) {
     double sw = 0, sb = 0;
     for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -126,9 +126,9 @@ void layer_norm_forward(DType dtype, const void* x, const void* weight, const vo
     using T = decltype(tag);
     using C = compute_t<T>;
     const int threads = row_threads(cols);
-    HEED_LAUNCH(row_blocks(rows), threads, threads * sizeof(double), forward_kernel<T>)(
-        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), rows, cols, eps,
-        static_cast<T*>(y), static_cast<C*>(mean), static_cast<C*>(rstd));
+    HEED_LAUNCH(row_blocks(rows), threads, threads * sizeof(double), forward_kernel<T>)
+    (static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), rows, cols, eps,
+     static_cast<T*>(y), static_cast<C*>(mean), static_cast<C*>(rstd));
   });
   check_launch("layer_norm_forward");
 }
@@ -141,9 +141,9 @@ void layer_norm_backward(DType dtype, const void* x, const void* weight, const v
     using C = compute_t<T>;
     if (rows > 0) {
       const int threads = row_threads(cols);
-      HEED_LAUNCH(row_blocks(rows), threads, threads * sizeof(double), backward_dx_kernel<T>)(
-          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const C*>(mean),
-          static_cast<const C*>(rstd), static_cast<const T*>(dy), rows, cols, static_cast<T*>(dx));
+      HEED_LAUNCH(row_blocks(rows), threads, threads * sizeof(double), backward_dx_kernel<T>)
+      (static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const C*>(mean),
+       static_cast<const C*>(rstd), static_cast<const T*>(dy), rows, cols, static_cast<T*>(dx));
       check_launch("layer_norm_backward");
     }
     if (!dweight && !dbias) return;
@@ -152,14 +152,13 @@ void layer_norm_backward(DType dtype, const void* x, const void* weight, const v
     double* partial_dw = partial.as<double>();
     double* partial_db = partial_dw + std::max<int64_t>(blocks, 1) * cols;
     if (blocks > 0) {
-      HEED_LAUNCH(grid_for(blocks * cols), kThreads, 0, backward_partial_kernel<T>)(
-          static_cast<const T*>(x), static_cast<const C*>(mean), static_cast<const C*>(rstd),
-          static_cast<const T*>(dy), rows, cols, blocks, partial_dw, partial_db);
+      HEED_LAUNCH(grid_for(blocks * cols), kThreads, 0, backward_partial_kernel<T>)
+      (static_cast<const T*>(x), static_cast<const C*>(mean), static_cast<const C*>(rstd), static_cast<const T*>(dy),
+       rows, cols, blocks, partial_dw, partial_db);
       check_launch("layer_norm_backward");
     }
-    HEED_LAUNCH(grid_for(cols), kThreads, 0, backward_params_kernel<T>)(partial_dw, partial_db, cols, blocks,
-                                                                       static_cast<T*>(dweight),
-                                                                       static_cast<T*>(dbias));
+    HEED_LAUNCH(grid_for(cols), kThreads, 0, backward_params_kernel<T>)
+    (partial_dw, partial_db, cols, blocks, static_cast<T*>(dweight), static_cast<T*>(dbias));
     check_launch("layer_norm_backward");
   });
 }

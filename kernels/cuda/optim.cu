@@ -63,9 +63,9 @@ void adam_typed(const AdamStepArgs& args) {
   s.l2 = static_cast<T>(args.weight_decay);
   s.has_decay = args.weight_decay != 0.0;
   s.decoupled = args.decoupled_weight_decay;
-  HEED_LAUNCH(grid_for(args.n), kThreads, 0, adam_kernel<T>)(
-      static_cast<T*>(args.param), static_cast<const T*>(args.grad), static_cast<T*>(args.exp_avg),
-      static_cast<T*>(args.exp_avg_sq), static_cast<T*>(args.max_exp_avg_sq), args.n, s);
+  HEED_LAUNCH(grid_for(args.n), kThreads, 0, adam_kernel<T>)
+  (static_cast<T*>(args.param), static_cast<const T*>(args.grad), static_cast<T*>(args.exp_avg),
+   static_cast<T*>(args.exp_avg_sq), static_cast<T*>(args.max_exp_avg_sq), args.n, s);
   check_launch("adam_step");
 }
 
@@ -75,12 +75,14 @@ void adam_step(const AdamStepArgs& args) {
   if (args.n < 0) throw_error("adam_step", "negative element count");
   if (args.step < 1) throw_error("adam_step", "step counts from 1");
   if (args.n == 0) return;
-  if (!args.param || !args.grad || !args.exp_avg || !args.exp_avg_sq)
-    throw_error("adam_step", "null buffer pointer");
+  if (!args.param || !args.grad || !args.exp_avg || !args.exp_avg_sq) throw_error("adam_step", "null buffer pointer");
   switch (args.dtype) {
-    case DType::Float32: return adam_typed<float>(args);
-    case DType::Float64: return adam_typed<double>(args);
-    default: unsupported_dtype("adam_step", args.dtype);
+    case DType::Float32:
+      return adam_typed<float>(args);
+    case DType::Float64:
+      return adam_typed<double>(args);
+    default:
+      unsupported_dtype("adam_step", args.dtype);
   }
 }
 

@@ -27,8 +27,10 @@ T value_below(double high) {
     if (static_cast<double>(load(&h)) < high) return h;
     const bool negative = (h.bits & 0x8000u) != 0;
     const uint16_t magnitude = h.bits & 0x7fffu;
-    if (magnitude == 0) h.bits = 0x8001u;
-    else h.bits = static_cast<uint16_t>(negative ? h.bits + 1 : h.bits - 1);
+    if (magnitude == 0)
+      h.bits = 0x8001u;
+    else
+      h.bits = static_cast<uint16_t>(negative ? h.bits + 1 : h.bits - 1);
     return h;
   } else {
     return T{};
@@ -84,8 +86,7 @@ void random(RandomKind kind, DType dtype, void* out, int64_t n, double a, double
       if (span == 0) throw_error("random", "randint needs high > low");
       HEED_LAUNCH(grid_for(n), kThreads, 0, randint_kernel<T>)(p, n, low, span, state.seed, state.offset);
     } else {
-      HEED_LAUNCH(grid_for(n), kThreads, 0, uniform_kernel<T>)(p, n, a, b, value_below<T>(b), state.seed,
-                                                               state.offset);
+      HEED_LAUNCH(grid_for(n), kThreads, 0, uniform_kernel<T>)(p, n, a, b, value_below<T>(b), state.seed, state.offset);
     }
   });
   check_launch("random");

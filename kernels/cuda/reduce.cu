@@ -97,8 +97,7 @@ __global__ void serial_reduce_kernel(R r, int64_t outputs, int64_t extent) {
 // One block per (output, chunk) item: a strided pass per thread, then a fixed tree. With one
 // chunk per output the block writes the final result, otherwise the chunk's partial.
 template <typename R>
-__global__ void chunk_reduce_kernel(R r, int64_t outputs, int64_t extent, int64_t chunks,
-                                    typename R::Acc* partial) {
+__global__ void chunk_reduce_kernel(R r, int64_t outputs, int64_t extent, int64_t chunks, typename R::Acc* partial) {
   using Acc = typename R::Acc;
   Acc* scratch = dynamic_shared<Acc>();
   for (int64_t item = blockIdx.x; item < outputs * chunks; item += gridDim.x) {
@@ -135,9 +134,10 @@ void run_reduction(const R& r, int64_t outputs, int64_t extent, const char* name
   }
   const int64_t chunks = (extent + kChunk - 1) / kChunk;
   DeviceBuffer partial(chunks > 1 ? static_cast<size_t>(outputs * chunks) * sizeof(Acc) : 0);
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(outputs * chunks, grid_for(outputs * chunks * kThreads)));
-  HEED_LAUNCH(blocks, kThreads, kThreads * sizeof(Acc), chunk_reduce_kernel<R>)(r, outputs, extent, chunks,
-                                                                               partial.as<Acc>());
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>(outputs * chunks, grid_for(outputs * chunks * kThreads)));
+  HEED_LAUNCH(blocks, kThreads, kThreads * sizeof(Acc), chunk_reduce_kernel<R>)
+  (r, outputs, extent, chunks, partial.as<Acc>());
   check_launch(name);
   if (chunks > 1) {
     HEED_LAUNCH(grid_for(outputs), kThreads, 0, combine_chunks_kernel<R>)(r, outputs, chunks, partial.as<Acc>());
@@ -198,10 +198,14 @@ struct NormSlice {
 
 __device__ double norm_element(const NormSlice& s, int64_t i) {
   switch (s.dtype) {
-    case DType::Float64: return static_cast<const double*>(s.data)[i];
-    case DType::Float16: return load(static_cast<const HalfBits*>(s.data) + i);
-    case DType::BFloat16: return load(static_cast<const BFloat16Bits*>(s.data) + i);
-    default: return static_cast<const float*>(s.data)[i];
+    case DType::Float64:
+      return static_cast<const double*>(s.data)[i];
+    case DType::Float16:
+      return load(static_cast<const HalfBits*>(s.data) + i);
+    case DType::BFloat16:
+      return load(static_cast<const BFloat16Bits*>(s.data) + i);
+    default:
+      return static_cast<const float*>(s.data)[i];
   }
 }
 
@@ -221,8 +225,10 @@ __global__ void norm_chunk_kernel(const NormSlice* slices, int count, int64_t to
     int lo = 0, hi = count - 1;  // the last slice whose first_chunk <= item
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (slices[mid].first_chunk <= item) lo = mid;
-      else hi = mid - 1;
+      if (slices[mid].first_chunk <= item)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const NormSlice s = slices[lo];
     const int64_t begin = (item - s.first_chunk) * kChunk;
@@ -231,8 +237,10 @@ __global__ void norm_chunk_kernel(const NormSlice* slices, int count, int64_t to
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       const double a = fabs(norm_element(s, i));
       double v = a;
-      if (kind == NormKind::Two) v = a * a;
-      else if (kind == NormKind::Power) v = pow(a, norm_type);
+      if (kind == NormKind::Two)
+        v = a * a;
+      else if (kind == NormKind::Power)
+        v = pow(a, norm_type);
       acc = combine(acc, v);
     }
     acc = block_reduce(acc, scratch, combine);
@@ -278,26 +286,26 @@ void reduce(ReduceOp op, DType dtype, const void* in, int64_t outer, int64_t ext
         run_reduction(ExtremumReducer<T, false>{src, nullptr, static_cast<int64_t*>(out), extent, inner}, outputs,
                       extent, "reduce");
         return;
-      case ReduceOp::Count: break;
+      case ReduceOp::Count:
+        break;
     }
     throw_error("reduce", "unknown reduction");
   });
 }
 
-void variance(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner, double correction,
-              void* out) {
+void variance(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner, double correction, void* out) {
   const int64_t outputs = outer * inner;
   if (outputs == 0) return;
   const double denom = static_cast<double>(extent) - correction;
   dispatch_floating(dtype, "variance", [&](auto tag) {
     using T = decltype(tag);
     if (extent <= kSerialExtent || outputs >= kManyOutputs) {
-      HEED_LAUNCH(grid_for(outputs), kThreads, 0, variance_serial_kernel<T>)(static_cast<const T*>(in), outputs,
-                                                                              extent, inner, denom, static_cast<T*>(out));
+      HEED_LAUNCH(grid_for(outputs), kThreads, 0, variance_serial_kernel<T>)
+      (static_cast<const T*>(in), outputs, extent, inner, denom, static_cast<T*>(out));
     } else {
       const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(outputs, grid_for(outputs * kThreads)));
-      HEED_LAUNCH(blocks, kThreads, kThreads * sizeof(double), variance_block_kernel<T>)(
-          static_cast<const T*>(in), outputs, extent, inner, denom, static_cast<T*>(out));
+      HEED_LAUNCH(blocks, kThreads, kThreads * sizeof(double), variance_block_kernel<T>)
+      (static_cast<const T*>(in), outputs, extent, inner, denom, static_cast<T*>(out));
     }
   });
   check_launch("variance");
@@ -305,10 +313,10 @@ void variance(DType dtype, const void* in, int64_t outer, int64_t extent, int64_
 
 double global_norm(const NormInput* inputs, int count, double norm_type) {
   if (!(norm_type > 0.0)) throw_error("global_norm", "norm_type must be > 0");
-  const NormKind kind = std::isinf(norm_type)   ? NormKind::Infinity
-                        : norm_type == 1.0 ? NormKind::One
-                        : norm_type == 2.0 ? NormKind::Two
-                                           : NormKind::Power;
+  const NormKind kind = std::isinf(norm_type) ? NormKind::Infinity
+                        : norm_type == 1.0    ? NormKind::One
+                        : norm_type == 2.0    ? NormKind::Two
+                                              : NormKind::Power;
   std::vector<NormSlice> slices;
   int64_t total_chunks = 0;
   for (int t = 0; t < count; ++t) {
@@ -321,12 +329,12 @@ double global_norm(const NormInput* inputs, int count, double norm_type) {
   DeviceBuffer device_slices(slices.size() * sizeof(NormSlice));
   DeviceBuffer partial(static_cast<size_t>(total_chunks) * sizeof(double));
   DeviceBuffer result(sizeof(double));
-  HEED_CUDA_CHECK(cudaMemcpy(device_slices.as<void>(), slices.data(), slices.size() * sizeof(NormSlice),
-                             cudaMemcpyHostToDevice));
+  HEED_CUDA_CHECK(
+      cudaMemcpy(device_slices.as<void>(), slices.data(), slices.size() * sizeof(NormSlice), cudaMemcpyHostToDevice));
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(total_chunks, grid_for(total_chunks * kThreads)));
-  HEED_LAUNCH(blocks, kThreads, kThreads * sizeof(double), norm_chunk_kernel)(
-      device_slices.as<const NormSlice>(), static_cast<int>(slices.size()), total_chunks, kind, norm_type,
-      partial.as<double>());
+  HEED_LAUNCH(blocks, kThreads, kThreads * sizeof(double), norm_chunk_kernel)
+  (device_slices.as<const NormSlice>(), static_cast<int>(slices.size()), total_chunks, kind, norm_type,
+   partial.as<double>());
   check_launch("global_norm");
   HEED_LAUNCH(1, 32, 0, norm_total_kernel)(partial.as<const double>(), total_chunks, kind, result.as<double>());
   check_launch("global_norm");

@@ -175,8 +175,8 @@ void softmax_forward(DType dtype, const void* in, void* out, int64_t rows, int64
   dispatch_floating(dtype, "softmax_forward", [&](auto tag) {
     using T = decltype(tag);
     const int threads = row_threads(cols);
-    HEED_LAUNCH(row_blocks(rows), threads, row_scratch_bytes(threads), softmax_forward_kernel<T>)(
-        static_cast<const T*>(in), static_cast<T*>(out), rows, cols, log);
+    HEED_LAUNCH(row_blocks(rows), threads, row_scratch_bytes(threads), softmax_forward_kernel<T>)
+    (static_cast<const T*>(in), static_cast<T*>(out), rows, cols, log);
   });
   check_launch("softmax_forward");
 }
@@ -187,8 +187,8 @@ void softmax_backward(DType dtype, const void* y, const void* grad_out, void* gr
   dispatch_floating(dtype, "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
     const int threads = row_threads(cols);
-    HEED_LAUNCH(row_blocks(rows), threads, row_scratch_bytes(threads), softmax_backward_kernel<T>)(
-        static_cast<const T*>(y), static_cast<const T*>(grad_out), static_cast<T*>(grad_in), rows, cols, log);
+    HEED_LAUNCH(row_blocks(rows), threads, row_scratch_bytes(threads), softmax_backward_kernel<T>)
+    (static_cast<const T*>(y), static_cast<const T*>(grad_out), static_cast<T*>(grad_in), rows, cols, log);
   });
   check_launch("softmax_backward");
 }
@@ -200,16 +200,15 @@ void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targe
     using T = decltype(tag);
     using C = compute_t<T>;
     const int threads = row_threads(classes);
-    HEED_LAUNCH(row_blocks(rows), threads, row_scratch_bytes(threads), cross_entropy_forward_kernel<T>)(
-        static_cast<const T*>(logits), targets, rows, classes, ignore_index, smoothing, static_cast<C*>(row_loss),
-        static_cast<C*>(row_lse));
+    HEED_LAUNCH(row_blocks(rows), threads, row_scratch_bytes(threads), cross_entropy_forward_kernel<T>)
+    (static_cast<const T*>(logits), targets, rows, classes, ignore_index, smoothing, static_cast<C*>(row_loss),
+     static_cast<C*>(row_lse));
   });
   check_launch("cross_entropy_forward");
 }
 
-void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* row_lse,
-                            int64_t rows, int64_t classes, int64_t ignore_index, double smoothing, double scale,
-                            void* grad_logits) {
+void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* row_lse, int64_t rows,
+                            int64_t classes, int64_t ignore_index, double smoothing, double scale, void* grad_logits) {
   const int64_t n = rows * classes;
   if (n <= 0) return;
   dispatch_floating(dtype, "cross_entropy_backward", [&](auto tag) {
@@ -217,9 +216,9 @@ void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targ
     using C = compute_t<T>;
     const C off_target = static_cast<C>(smoothing / static_cast<double>(classes));
     const C on_target = static_cast<C>(1.0 - smoothing) + off_target;
-    HEED_LAUNCH(grid_for(n), kThreads, 0, cross_entropy_backward_kernel<T>)(
-        static_cast<const T*>(logits), targets, static_cast<const C*>(row_lse), rows, classes, ignore_index,
-        on_target, off_target, static_cast<C>(scale), static_cast<T*>(grad_logits));
+    HEED_LAUNCH(grid_for(n), kThreads, 0, cross_entropy_backward_kernel<T>)
+    (static_cast<const T*>(logits), targets, static_cast<const C*>(row_lse), rows, classes, ignore_index, on_target,
+     off_target, static_cast<C>(scale), static_cast<T*>(grad_logits));
   });
   check_launch("cross_entropy_backward");
 }

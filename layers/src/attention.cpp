@@ -33,17 +33,15 @@ AttentionScale parse_attention_scale(const std::string& text) {
   for (AttentionScale s : {AttentionScale::SqrtDk, AttentionScale::None, AttentionScale::Learnable,
                            AttentionScale::Affine, AttentionScale::Cosine})
     if (text == attention_scale_name(s)) return s;
-  fail("parse_attention_scale",
-       "unknown attention scale '{}' (expected sqrt_dk, none, learnable, affine or cosine)", text);
+  fail("parse_attention_scale", "unknown attention scale '{}' (expected sqrt_dk, none, learnable, affine or cosine)",
+       text);
 }
 
-AttentionScaling::AttentionScaling(AttentionScale mode, int64_t d_k, int64_t heads,
-                                   double fixed_scale)
+AttentionScaling::AttentionScaling(AttentionScale mode, int64_t d_k, int64_t heads, double fixed_scale)
     : Module("AttentionScaling"), mode_(mode), d_k_(d_k), heads_(heads), fixed_scale_(fixed_scale) {
-  HEED_CHECK(d_k > 0 && heads > 0, "AttentionScaling",
-             "d_k and heads must be positive, got {} and {}", d_k, heads);
-  HEED_CHECK(mode != AttentionScale::Fixed || (std::isfinite(fixed_scale) && fixed_scale != 0.0),
-             "AttentionScaling", "a fixed scale must be finite and non-zero, got {}", fixed_scale);
+  HEED_CHECK(d_k > 0 && heads > 0, "AttentionScaling", "d_k and heads must be positive, got {} and {}", d_k, heads);
+  HEED_CHECK(mode != AttentionScale::Fixed || (std::isfinite(fixed_scale) && fixed_scale != 0.0), "AttentionScaling",
+             "a fixed scale must be finite and non-zero, got {}", fixed_scale);
   const double root = std::sqrt(static_cast<double>(d_k));
   switch (mode) {
     case AttentionScale::Learnable:
@@ -63,19 +61,16 @@ AttentionScaling::AttentionScaling(AttentionScale mode, int64_t d_k, int64_t hea
 
 AttentionScaling::Scaled AttentionScaling::apply(const Tensor& q, const Tensor& k) const {
   const char* name = "AttentionScaling";
-  HEED_CHECK(q.defined() && k.defined() && q.dim() >= 2 && k.dim() >= 2 && q.size(-1) == d_k_ &&
-                 k.size(-1) == d_k_,
+  HEED_CHECK(q.defined() && k.defined() && q.dim() >= 2 && k.dim() >= 2 && q.size(-1) == d_k_ && k.size(-1) == d_k_,
              name, "expects queries and keys (..., L, {}), got {} and {}", d_k_,
-             q.defined() ? shape_str(q.shape()) : "undefined",
-             k.defined() ? shape_str(k.shape()) : "undefined");
+             q.defined() ? shape_str(q.shape()) : "undefined", k.defined() ? shape_str(k.shape()) : "undefined");
   // Per-head parameters (H) broadcast over (..., H, L, d_k) as (H, 1, 1); a single head over
   // inputs of any rank without adding dims.
   const bool per_head_params = alpha.defined() || tau.defined();
   HEED_CHECK(!per_head_params || heads_ == 1 || (q.dim() >= 3 && q.size(-3) == heads_), name,
-             "per-head scale parameters for {} heads need queries (..., {}, L, {}), got {}", heads_,
-             heads_, d_k_, shape_str(q.shape()));
-  const Dims per_head_shape =
-      heads_ == 1 ? Dims::filled(std::min(q.dim(), 3), 1) : Dims{heads_, 1, 1};
+             "per-head scale parameters for {} heads need queries (..., {}, L, {}), got {}", heads_, heads_, d_k_,
+             shape_str(q.shape()));
+  const Dims per_head_shape = heads_ == 1 ? Dims::filled(std::min(q.dim(), 3), 1) : Dims{heads_, 1, 1};
   auto per_head = [&](const Tensor& p) { return p.view(per_head_shape); };
   switch (mode_) {
     case AttentionScale::SqrtDk:
@@ -128,10 +123,14 @@ std::vector<double> AttentionScaling::effective_scale() const {
 
 std::optional<double> AttentionScaling::constant_scale() const {
   switch (mode_) {
-    case AttentionScale::SqrtDk: return 1.0 / std::sqrt(static_cast<double>(d_k_));
-    case AttentionScale::None: return 1.0;
-    case AttentionScale::Fixed: return fixed_scale_;
-    default: return std::nullopt;
+    case AttentionScale::SqrtDk:
+      return 1.0 / std::sqrt(static_cast<double>(d_k_));
+    case AttentionScale::None:
+      return 1.0;
+    case AttentionScale::Fixed:
+      return fixed_scale_;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -143,27 +142,23 @@ void KVCache::reorder(const Tensor& indices) {
 
 // ---- single head ----------------------------------------------------------------------------
 
-ScaledDotProductAttention::ScaledDotProductAttention(int64_t d_k, AttentionScale scale,
-                                                     double dropout, double fixed_scale)
+ScaledDotProductAttention::ScaledDotProductAttention(int64_t d_k, AttentionScale scale, double dropout,
+                                                     double fixed_scale)
     : Module("ScaledDotProductAttention"), d_k_(d_k), dropout_(dropout) {
-  HEED_CHECK(dropout >= 0.0 && dropout < 1.0, "ScaledDotProductAttention",
-             "dropout must be in [0, 1), got {}", dropout);
-  scaling =
-      register_module("scaling", std::make_shared<AttentionScaling>(scale, d_k, 1, fixed_scale));
+  HEED_CHECK(dropout >= 0.0 && dropout < 1.0, "ScaledDotProductAttention", "dropout must be in [0, 1), got {}",
+             dropout);
+  scaling = register_module("scaling", std::make_shared<AttentionScaling>(scale, d_k, 1, fixed_scale));
 }
 
-F::AttentionResult ScaledDotProductAttention::forward(const Tensor& q, const Tensor& k,
-                                                      const Tensor& v, const F::AttentionMask& mask,
-                                                      bool need_weights) const {
+F::AttentionResult ScaledDotProductAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                      const F::AttentionMask& mask, bool need_weights) const {
   // A head dim other than d_k would silently use the wrong scale.
   HEED_CHECK(q.defined() && k.defined() && q.dim() >= 2 && q.size(-1) == d_k_ && k.size(-1) == d_k_,
              "ScaledDotProductAttention", "built for d_k = {}, got queries {} and keys {}", d_k_,
-             q.defined() ? shape_str(q.shape()) : "undefined",
-             k.defined() ? shape_str(k.shape()) : "undefined");
+             q.defined() ? shape_str(q.shape()) : "undefined", k.defined() ? shape_str(k.shape()) : "undefined");
   const AttentionScaling::Scaled s = scaling->apply(q, k);
   const double p = is_training() ? dropout_ : 0.0;
-  if (need_weights)
-    return F::scaled_dot_product_attention_with_weights(s.q, s.k, v, mask, p, s.scale);
+  if (need_weights) return F::scaled_dot_product_attention_with_weights(s.q, s.k, v, mask, p, s.scale);
   return {F::scaled_dot_product_attention(s.q, s.k, v, mask, p, s.scale), Tensor()};
 }
 
@@ -186,8 +181,7 @@ namespace {
 // The projections of one head in the PerHead layout.
 class HeadProjections : public Module {
  public:
-  HeadProjections(int64_t d_model, int64_t d_head, bool shared_kv, bool bias)
-      : Module("HeadProjections") {
+  HeadProjections(int64_t d_model, int64_t d_head, bool shared_kv, bool bias) : Module("HeadProjections") {
     q_proj = register_module("q_proj", std::make_shared<Linear>(d_model, d_head, bias));
     if (shared_kv) {
       kv_proj = register_module("kv_proj", std::make_shared<Linear>(d_model, d_head, bias));
@@ -204,13 +198,11 @@ class HeadProjections : public Module {
 MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options)
     : Module("MultiHeadAttention"), options_(options) {
   const int64_t C = options.d_model, H = options.heads;
-  HEED_CHECK(C > 0 && H > 0, "MultiHeadAttention",
-             "d_model and heads must be positive, got {} and {}", C, H);
+  HEED_CHECK(C > 0 && H > 0, "MultiHeadAttention", "d_model and heads must be positive, got {} and {}", C, H);
   HEED_CHECK(C % H == 0, "MultiHeadAttention",
-             "d_model {} is not divisible by heads {}: d_head = d_model / heads must be an integer",
-             C, H);
-  HEED_CHECK(options.dropout >= 0.0 && options.dropout < 1.0, "MultiHeadAttention",
-             "dropout must be in [0, 1), got {}", options.dropout);
+             "d_model {} is not divisible by heads {}: d_head = d_model / heads must be an integer", C, H);
+  HEED_CHECK(options.dropout >= 0.0 && options.dropout < 1.0, "MultiHeadAttention", "dropout must be in [0, 1), got {}",
+             options.dropout);
   d_head_ = C / H;
   const bool kv_shared = options.shared_kv;
   switch (options.layout) {
@@ -224,8 +216,7 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options)
       }
       break;
     case ProjectionLayout::FusedQKV:
-      qkv_proj = register_module(
-          "qkv_proj", std::make_shared<Linear>(C, (kv_shared ? 2 : 3) * C, options.bias));
+      qkv_proj = register_module("qkv_proj", std::make_shared<Linear>(C, (kv_shared ? 2 : 3) * C, options.bias));
       break;
     case ProjectionLayout::PerHead:
       heads = register_module("heads", std::make_shared<ModuleList>());
@@ -234,8 +225,8 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options)
       break;
   }
   out_proj = register_module("out_proj", std::make_shared<Linear>(C, C, options.bias));
-  scaling = register_module("scaling", std::make_shared<AttentionScaling>(options.scale, d_head_, H,
-                                                                          options.fixed_scale));
+  scaling =
+      register_module("scaling", std::make_shared<AttentionScaling>(options.scale, d_head_, H, options.fixed_scale));
 
   // Optional initialisation recipes (seed 003 sec. 7.1).
   if (options.qk_gain > 0.0) {
@@ -258,8 +249,7 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options)
         for (int64_t h = 0; h < H; ++h) {
           auto head = heads->at<HeadProjections>(static_cast<size_t>(h));
           init::xavier_uniform_(head->q_proj->weight, options.qk_gain);
-          init::xavier_uniform_(kv_shared ? head->kv_proj->weight : head->k_proj->weight,
-                                options.qk_gain);
+          init::xavier_uniform_(kv_shared ? head->kv_proj->weight : head->k_proj->weight, options.qk_gain);
         }
         break;
     }
@@ -283,16 +273,14 @@ Tensor MultiHeadAttention::project_query(const Tensor& x) const {
     }
     case ProjectionLayout::PerHead: {
       std::vector<Tensor> per_head;
-      for (size_t h = 0; h < heads->size(); ++h)
-        per_head.push_back(heads->at<HeadProjections>(h)->q_proj->forward(x));
+      for (size_t h = 0; h < heads->size(); ++h) per_head.push_back(heads->at<HeadProjections>(h)->q_proj->forward(x));
       return stack(per_head, 1);  // (B,H,L,dh)
     }
   }
   return Tensor();
 }
 
-std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& key,
-                                                                const Tensor& value) const {
+std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& key, const Tensor& value) const {
   const int64_t C = options_.d_model;
   const bool same = key.is_same(value);
   switch (options_.layout) {
@@ -307,8 +295,7 @@ std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& ke
       const Tensor& w = qkv_proj->weight;
       const Tensor& b = qkv_proj->bias;
       auto rows = [&](const Tensor& x, int64_t row0) {
-        return split_heads(
-            F::linear(x, w.narrow(0, row0, C), b.defined() ? b.narrow(0, row0, C) : Tensor()));
+        return split_heads(F::linear(x, w.narrow(0, row0, C), b.defined() ? b.narrow(0, row0, C) : Tensor()));
       };
       if (options_.shared_kv) {
         Tensor k = rows(key, C);
@@ -334,26 +321,24 @@ std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& ke
   return {};
 }
 
-F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
-                                               const Tensor& value, const F::AttentionMask& mask,
-                                               bool need_weights, KVCache* cache) const {
+F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                               const F::AttentionMask& mask, bool need_weights, KVCache* cache) const {
   const char* name = "MultiHeadAttention";
   const int64_t C = options_.d_model;
   for (const Tensor* t : {&query, &key, &value}) {
     HEED_CHECK(t->defined() && t->dim() == 3 && t->size(2) == C, name,
-               "expects (B, L, {}) inputs, got query {}, key {}, value {}", C,
-               shape_str(query.shape()), key.defined() ? shape_str(key.shape()) : "undefined",
+               "expects (B, L, {}) inputs, got query {}, key {}, value {}", C, shape_str(query.shape()),
+               key.defined() ? shape_str(key.shape()) : "undefined",
                value.defined() ? shape_str(value.shape()) : "undefined");
   }
-  HEED_CHECK(key.size(0) == query.size(0) && value.size(0) == query.size(0) &&
-                 key.size(1) == value.size(1),
-             name, "batch and key lengths must agree: query {}, key {}, value {}",
-             shape_str(query.shape()), shape_str(key.shape()), shape_str(value.shape()));
+  HEED_CHECK(key.size(0) == query.size(0) && value.size(0) == query.size(0) && key.size(1) == value.size(1), name,
+             "batch and key lengths must agree: query {}, key {}, value {}", shape_str(query.shape()),
+             shape_str(key.shape()), shape_str(value.shape()));
   const int64_t B = query.size(0), T = query.size(1);
 
   Tensor q, k, v;
-  const bool self_fused = options_.layout == ProjectionLayout::FusedQKV && !options_.shared_kv &&
-                          query.is_same(key) && key.is_same(value) && !(cache && cache->is_static);
+  const bool self_fused = options_.layout == ProjectionLayout::FusedQKV && !options_.shared_kv && query.is_same(key) &&
+                          key.is_same(value) && !(cache && cache->is_static);
   // Self-attention with the fused projection, a constant scale and nothing recorded: the
   // packed flash kernel reads q, k, v straight out of the (B,T,3C) projection and returns the
   // merged heads, with no copies in either direction.
@@ -375,13 +360,12 @@ F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor
     v = split_heads(parts[2]);
   } else {
     q = project_query(query);
-    if (!(cache && cache->is_static && cache->k.defined()))
-      std::tie(k, v) = project_key_value(key, value);
+    if (!(cache && cache->is_static && cache->k.defined())) std::tie(k, v) = project_key_value(key, value);
   }
   if (cache) {
     if (cache->k.defined()) {
-      HEED_CHECK(cache->k.size(0) == B, name,
-                 "the KV cache holds batch {} but the input has batch {}", cache->k.size(0), B);
+      HEED_CHECK(cache->k.size(0) == B, name, "the KV cache holds batch {} but the input has batch {}",
+                 cache->k.size(0), B);
     }
     if (cache->is_static) {
       if (!cache->k.defined()) {
@@ -432,17 +416,15 @@ AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t
   init::uniform_(v, -bound, bound);
 }
 
-F::AttentionResult AdditiveAttention::forward(const Tensor& query, const Tensor& key,
-                                              const Tensor& value,
+F::AttentionResult AdditiveAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                               const F::AttentionMask& mask) const {
   const char* name = "AdditiveAttention";
   HEED_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3, name,
-             "expects (B, T, Dq) queries and (B, S, D) keys/values, got {}, {}, {}",
-             shape_str(query.shape()), shape_str(key.shape()), shape_str(value.shape()));
-  HEED_CHECK(key.size(1) == value.size(1) && key.size(0) == query.size(0) &&
-                 value.size(0) == query.size(0),
-             name, "batch and key lengths must agree: query {}, key {}, value {}",
-             shape_str(query.shape()), shape_str(key.shape()), shape_str(value.shape()));
+             "expects (B, T, Dq) queries and (B, S, D) keys/values, got {}, {}, {}", shape_str(query.shape()),
+             shape_str(key.shape()), shape_str(value.shape()));
+  HEED_CHECK(key.size(1) == value.size(1) && key.size(0) == query.size(0) && value.size(0) == query.size(0), name,
+             "batch and key lengths must agree: query {}, key {}, value {}", shape_str(query.shape()),
+             shape_str(key.shape()), shape_str(value.shape()));
   Tensor wq = w_query->forward(query).unsqueeze(2);  // (B,T,1,A)
   Tensor wk = w_key->forward(key).unsqueeze(1);      // (B,1,S,A)
   Tensor scores = matmul(tanh(wq + wk), v);          // (B,T,S)

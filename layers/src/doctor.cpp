@@ -14,9 +14,12 @@ namespace heed::doctor {
 
 const char* verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::Ok: return "ok";
-    case Verdict::Warn: return "warn";
-    case Verdict::Fail: return "FAIL";
+    case Verdict::Ok:
+      return "ok";
+    case Verdict::Warn:
+      return "warn";
+    case Verdict::Fail:
+      return "FAIL";
   }
   return "?";
 }
@@ -40,9 +43,9 @@ std::string Report::table() const {
   std::string out = fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<7}  {}\n", "check", w_check, "where", w_where,
                                 "measured", w_measured, "healthy", w_healthy, "verdict", "fix");
   for (const Finding& f : findings)
-    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<7}  {}\n", f.check, w_check, f.where, w_where, f.measured,
-                       w_measured, f.healthy, w_healthy, verdict_name(f.verdict),
-                       f.verdict == Verdict::Ok ? "" : f.fix);
+    out +=
+        fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<7}  {}\n", f.check, w_check, f.where, w_where, f.measured,
+                    w_measured, f.healthy, w_healthy, verdict_name(f.verdict), f.verdict == Verdict::Ok ? "" : f.fix);
   out += fmt::format("{} checks: {} ok, {} warn, {} fail\n", findings.size(), count(Verdict::Ok), count(Verdict::Warn),
                      count(Verdict::Fail));
   return out;
@@ -51,8 +54,12 @@ std::string Report::table() const {
 nlohmann::json Report::json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (const Finding& f : findings)
-    rows.push_back({{"check", f.check}, {"where", f.where}, {"measured", f.measured}, {"healthy", f.healthy},
-                    {"verdict", verdict_name(f.verdict)}, {"fix", f.verdict == Verdict::Ok ? "" : f.fix}});
+    rows.push_back({{"check", f.check},
+                    {"where", f.where},
+                    {"measured", f.measured},
+                    {"healthy", f.healthy},
+                    {"verdict", verdict_name(f.verdict)},
+                    {"fix", f.verdict == Verdict::Ok ? "" : f.fix}});
   return {{"findings", rows},
           {"ok", count(Verdict::Ok)},
           {"warn", count(Verdict::Warn)},
@@ -74,7 +81,9 @@ Subject lm_subject(nn::TransformerLM& model, const Tensor& tokens, const Tensor&
     const int64_t vocab = model.options().vocab;
     // Replace every token after `cut` by a different one.
     Tensor tail = changed.narrow(1, cut, T - cut);
-    tail.copy_(add_scalar(tail, 1.0) - mul_scalar(ge(add_scalar(tail, 1.0), full({}, static_cast<double>(vocab), kInt64)).to(kInt64), static_cast<double>(vocab)));
+    tail.copy_(add_scalar(tail, 1.0) -
+               mul_scalar(ge(add_scalar(tail, 1.0), full({}, static_cast<double>(vocab), kInt64)).to(kInt64),
+                          static_cast<double>(vocab)));
     const Tensor a = model.forward(tokens).narrow(1, 0, cut), b = model.forward(changed).narrow(1, 0, cut);
     return max(abs(a - b)).item<double>();
   };
@@ -118,7 +127,8 @@ Subject seq2seq_subject(nn::Transformer& model, const Tensor& src, const Tensor&
     const Tensor memory = model.encode(src);
     std::vector<nn::DecoderLayerCache> caches = model.make_caches();
     std::vector<Tensor> steps;
-    for (int64_t t = 0; t < tgt_in.size(1); ++t) steps.push_back(model.decode(tgt_in.narrow(1, t, 1), memory, src, &caches));
+    for (int64_t t = 0; t < tgt_in.size(1); ++t)
+      steps.push_back(model.decode(tgt_in.narrow(1, t, 1), memory, src, &caches));
     return cat(steps, 1);
   };
   return s;
@@ -234,7 +244,7 @@ Report run_checks(const Subject& s) {
          fmt::format("{} nats (uniform {}), {} of {} heads uniform, {} one-hot", num(entropy / n),
                      num(uniform_entropy / n), uniform, heads.size(), one_hot),
          "between one-hot (0) and uniform (log L)",
-         uniform == static_cast<int>(heads.size()) ? Verdict::Fail
+         uniform == static_cast<int>(heads.size())                    ? Verdict::Fail
          : (uniform > 0 || one_hot == static_cast<int>(heads.size())) ? Verdict::Warn
                                                                       : Verdict::Ok,
          uniform > 0 ? "uniform attention (weights ~ 1/L): check the Q/K initialisation (Xavier), the scale (d_k not "
@@ -264,7 +274,8 @@ Report run_checks(const Subject& s) {
                std::fabs(mean_scale - wrong) < 1e-6 * wrong) {
       v = Verdict::Fail;
       fix = "the scale uses d_model instead of d_k = d_model / heads (seed 000 sec. 8)";
-    } else if (mode != nn::AttentionScale::Cosine && (mean_scale <= 0 || std::fabs(std::log(mean_scale / expected)) > std::log(4.0))) {
+    } else if (mode != nn::AttentionScale::Cosine &&
+               (mean_scale <= 0 || std::fabs(std::log(mean_scale / expected)) > std::log(4.0))) {
       v = Verdict::Warn;
       fix = "the (learned) scale is far from 1/sqrt(d_k); check the learning rate of the scale parameters";
     }
@@ -274,18 +285,21 @@ Report run_checks(const Subject& s) {
 
     auto [wq, wk] = qk_weights(*m);
     const Tensor a = wq.detach().to(kFloat64).flatten(), b = wk.detach().to(kFloat64).flatten();
-    const double cosine = sum(a * b).item<double>() /
-                          std::max(1e-300, std::sqrt(sum(a * a).item<double>() * sum(b * b).item<double>()));
+    const double cosine =
+        sum(a * b).item<double>() / std::max(1e-300, std::sqrt(sum(a * a).item<double>() * sum(b * b).item<double>()));
     report.findings.push_back({"Q/K projection similarity", name, fmt::format("cosine {}", num(cosine)), "< 0.9",
-                               cosine > 0.99 ? Verdict::Fail : cosine > 0.9 ? Verdict::Warn : Verdict::Ok,
+                               cosine > 0.99  ? Verdict::Fail
+                               : cosine > 0.9 ? Verdict::Warn
+                                              : Verdict::Ok,
                                "identical Q and K projections make QK^T symmetric: initialise them independently and "
                                "add a bias to break the symmetry (seed 003 sec. 8.1)"});
 
     const double unscaled = m->last_max_abs_score();
     if (unscaled >= 0) {
       const double scaled = unscaled * std::fabs(mean_scale);
-      const Verdict fv = scaled > 65504.0 ? Verdict::Fail : (scaled > 65504.0 / 8 || unscaled > 65504.0) ? Verdict::Warn
-                                                                                                         : Verdict::Ok;
+      const Verdict fv = scaled > 65504.0                               ? Verdict::Fail
+                         : (scaled > 65504.0 / 8 || unscaled > 65504.0) ? Verdict::Warn
+                                                                        : Verdict::Ok;
       report.findings.push_back(
           {"fp16 overflow risk", name, fmt::format("max |q.k| {} (scaled {})", num(unscaled), num(scaled)),
            "scaled < 8190 (fp16 max 65504 / 8)", fv,
@@ -314,18 +328,18 @@ Report run_checks(const Subject& s) {
       }
       squares[layer] += sq;
     }
-    report.findings.push_back({"NaN/Inf in loss and gradients", "model",
-                               fmt::format("loss {}, {} non-finite gradients", loss_finite ? "finite" : "NON-FINITE",
-                                           nonfinite),
-                               "finite", (loss_finite && nonfinite == 0) ? Verdict::Ok : Verdict::Fail,
-                               "enable anomaly detection to find the op, clip gradients (max_norm=1.0), lower the "
-                               "learning rate (seed 003 sec. 8.2)"});
+    report.findings.push_back(
+        {"NaN/Inf in loss and gradients", "model",
+         fmt::format("loss {}, {} non-finite gradients", loss_finite ? "finite" : "NON-FINITE", nonfinite), "finite",
+         (loss_finite && nonfinite == 0) ? Verdict::Ok : Verdict::Fail,
+         "enable anomaly detection to find the op, clip gradients (max_norm=1.0), lower the "
+         "learning rate (seed 003 sec. 8.2)"});
     for (const std::string& layer : order) {
       const double norm = std::sqrt(squares[layer]);
-      const Verdict v = !std::isfinite(norm)                   ? Verdict::Fail
-                        : norm > 1e3 || (norm < 1e-8)          ? Verdict::Fail
-                        : norm > 1e2 || (norm < 1e-6)          ? Verdict::Warn
-                                                               : Verdict::Ok;
+      const Verdict v = !std::isfinite(norm)          ? Verdict::Fail
+                        : norm > 1e3 || (norm < 1e-8) ? Verdict::Fail
+                        : norm > 1e2 || (norm < 1e-6) ? Verdict::Warn
+                                                      : Verdict::Ok;
       report.findings.push_back({"gradient norm", layer, num(norm), "1e-6 .. 1e2", v,
                                  norm < 1e-6 ? "vanishing gradients: check softmax saturation (scale), initialisation, "
                                                "residual connections and LayerNorm (seed 001 sec. 5.3)"

@@ -14,8 +14,8 @@ namespace heed::nn {
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
     : Module("Linear"), in_features_(in_features), out_features_(out_features) {
-  HEED_CHECK(in_features > 0 && out_features > 0, "Linear",
-             "features must be positive, got in={} out={}", in_features, out_features);
+  HEED_CHECK(in_features > 0 && out_features > 0, "Linear", "features must be positive, got in={} out={}", in_features,
+             out_features);
   weight = register_parameter("weight", empty({out_features, in_features}));
   init::kaiming_uniform_(weight, std::sqrt(5.0));  // = U(-1/sqrt(in), 1/sqrt(in))
   if (with_bias) {
@@ -28,19 +28,18 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
 Tensor Linear::forward(const Tensor& x) const { return F::linear(x, weight, bias); }
 
 std::string Linear::extra_repr() const {
-  return fmt::format("in_features={}, out_features={}, bias={}", in_features_, out_features_,
-                     bias.defined());
+  return fmt::format("in_features={}, out_features={}, bias={}", in_features_, out_features_, bias.defined());
 }
 
 // ---- Embedding ------------------------------------------------------------------------------
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, std::optional<int64_t> padding_idx)
     : Module("Embedding"), num_(num_embeddings), dim_(dim), padding_idx_(padding_idx) {
-  HEED_CHECK(num_embeddings > 0 && dim > 0, "Embedding",
-             "sizes must be positive, got num={} dim={}", num_embeddings, dim);
+  HEED_CHECK(num_embeddings > 0 && dim > 0, "Embedding", "sizes must be positive, got num={} dim={}", num_embeddings,
+             dim);
   if (padding_idx) {
-    HEED_CHECK(*padding_idx >= 0 && *padding_idx < num_embeddings, "Embedding",
-               "padding_idx {} is outside [0, {})", *padding_idx, num_embeddings);
+    HEED_CHECK(*padding_idx >= 0 && *padding_idx < num_embeddings, "Embedding", "padding_idx {} is outside [0, {})",
+               *padding_idx, num_embeddings);
   }
   weight = register_parameter("weight", empty({num_embeddings, dim}));
   init::normal_(weight, 0.0, 1.0);
@@ -54,8 +53,7 @@ Tensor Embedding::forward(const Tensor& indices) const {
   Tensor out = F::embedding(weight, indices);  // (..., dim)
   if (padding_idx_ && weight.requires_grad() && grad_mode_enabled()) {
     // Positions holding padding_idx read a detached copy, so that row gets no gradient.
-    Tensor is_pad =
-        eq(indices, full({}, static_cast<double>(*padding_idx_), indices.options())).unsqueeze(-1);
+    Tensor is_pad = eq(indices, full({}, static_cast<double>(*padding_idx_), indices.options())).unsqueeze(-1);
     out = where(is_pad, out.detach(), out);
   }
   return out;
@@ -80,8 +78,7 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool elementwise_affine, bool with
 Tensor LayerNorm::forward(const Tensor& x) const {
   // Checked here too: without affine parameters F::layer_norm would normalise any last dim.
   HEED_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == dim_, "LayerNorm",
-             "expects inputs of shape (..., {}), got {}", dim_,
-             x.defined() ? shape_str(x.shape()) : "undefined");
+             "expects inputs of shape (..., {}), got {}", dim_, x.defined() ? shape_str(x.shape()) : "undefined");
   return F::layer_norm(x, weight, bias, eps_);
 }
 
@@ -109,8 +106,7 @@ Tensor activate(const Tensor& x, Activation activation) {
   return x;
 }
 
-FeedForward::FeedForward(int64_t d_model, int64_t d_ff, double dropout_p, Activation activation,
-                         bool bias)
+FeedForward::FeedForward(int64_t d_model, int64_t d_ff, double dropout_p, Activation activation, bool bias)
     : Module("FeedForward"), activation_(activation) {
   fc1 = register_module("fc1", std::make_shared<Linear>(d_model, d_ff, bias));
   fc2 = register_module("fc2", std::make_shared<Linear>(d_ff, d_model, bias));
@@ -129,8 +125,7 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
   std::vector<float> values(static_cast<size_t>(max_len * d_model));
   for (int64_t pos = 0; pos < max_len; ++pos)
     for (int64_t i = 0; i < d_model; ++i) {
-      const double rate =
-          std::pow(10000.0, -static_cast<double>(2 * (i / 2)) / static_cast<double>(d_model));
+      const double rate = std::pow(10000.0, -static_cast<double>(2 * (i / 2)) / static_cast<double>(d_model));
       const double angle = static_cast<double>(pos) * rate;
       values[static_cast<size_t>(pos * d_model + i)] =
           static_cast<float>(i % 2 == 0 ? std::sin(angle) : std::cos(angle));
@@ -139,9 +134,8 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
 }
 
 Tensor SinusoidalPositionalEncoding::forward(int64_t length, int64_t offset) const {
-  HEED_CHECK(offset >= 0 && length >= 0 && offset + length <= max_len_,
-             "SinusoidalPositionalEncoding", "positions [{}, {}) exceed max_len {}", offset,
-             offset + length, max_len_);
+  HEED_CHECK(offset >= 0 && length >= 0 && offset + length <= max_len_, "SinusoidalPositionalEncoding",
+             "positions [{}, {}) exceed max_len {}", offset, offset + length, max_len_);
   return table.narrow(0, offset, length);
 }
 
@@ -153,10 +147,8 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_len, int64_t 
 }
 
 Tensor LearnedPositionalEmbedding::forward(int64_t length, int64_t offset) const {
-  HEED_CHECK(offset >= 0 && length >= 0 && offset + length <= max_len_,
-             "LearnedPositionalEmbedding",
-             "positions [{}, {}) exceed max_len {} (the model's context)", offset, offset + length,
-             max_len_);
+  HEED_CHECK(offset >= 0 && length >= 0 && offset + length <= max_len_, "LearnedPositionalEmbedding",
+             "positions [{}, {}) exceed max_len {} (the model's context)", offset, offset + length, max_len_);
   return weight.narrow(0, offset, length);
 }
 

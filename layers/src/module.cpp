@@ -150,8 +150,8 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     if (it == given.end()) {
       missing.push_back(name);
     } else if (it->second->shape() != t.shape()) {
-      mismatched.push_back(fmt::format("{}: checkpoint {} vs model {}", name, shape_str(it->second->shape()),
-                                       shape_str(t.shape())));
+      mismatched.push_back(
+          fmt::format("{}: checkpoint {} vs model {}", name, shape_str(it->second->shape()), shape_str(t.shape())));
     }
   }
   for (const auto& [name, t] : state)

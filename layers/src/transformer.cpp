@@ -71,7 +71,8 @@ Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, c
     return z + dropout3->forward(ff->forward(norm3->forward(z)));
   }
   Tensor y = norm1->forward(x + dropout1->forward(self_attn->forward(x, self_mask, false, self_cache).output));
-  Tensor z = norm2->forward(y + dropout2->forward(cross_attn->forward(y, memory, memory, memory_mask, false, cross_cache).output));
+  Tensor z = norm2->forward(
+      y + dropout2->forward(cross_attn->forward(y, memory, memory, memory_mask, false, cross_cache).output));
   return norm3->forward(z + dropout3->forward(ff->forward(z)));
 }
 
@@ -101,8 +102,8 @@ TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t
 
 Tensor TransformerDecoder::forward(const Tensor& x, const Tensor& memory, const F::AttentionMask& self_mask,
                                    const F::AttentionMask& memory_mask, std::vector<DecoderLayerCache>* caches) const {
-  HEED_CHECK(!caches || caches->size() == layers->size(), "TransformerDecoder",
-             "got {} layer caches for {} layers", caches ? caches->size() : 0, layers->size());
+  HEED_CHECK(!caches || caches->size() == layers->size(), "TransformerDecoder", "got {} layer caches for {} layers",
+             caches ? caches->size() : 0, layers->size());
   Tensor h = x;
   for (size_t i = 0; i < layers->size(); ++i)
     h = layer(i)->forward(h, memory, self_mask, memory_mask, caches ? &(*caches)[i] : nullptr);
@@ -166,8 +167,8 @@ Tensor Transformer::decode(const Tensor& tgt, const Tensor& memory, const Tensor
   self_mask.causal = true;
   F::AttentionMask memory_mask;
   memory_mask.key_padding = eq(src, full({}, static_cast<double>(options_.pad_id), src.options()));
-  Tensor h = decoder->forward(embed(*tgt_embed, tgt_positions.get(), tgt, offset), memory, self_mask, memory_mask,
-                              caches);
+  Tensor h =
+      decoder->forward(embed(*tgt_embed, tgt_positions.get(), tgt, offset), memory, self_mask, memory_mask, caches);
   return output ? output->forward(h) : matmul(h, tgt_embed->weight.t());  // (B,T,V)
 }
 

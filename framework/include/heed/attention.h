@@ -19,15 +19,14 @@
 namespace heed::F {
 
 struct AttentionMask {
-  bool causal = false;  // query i may attend key j only when j <= i + (S - T)
-  int64_t window = -1;  // >= 0: local attention, |i + (S - T) - j| <= window
-  Tensor key_lengths{};   // int64 (B): keys at positions >= length are padding
-  Tensor key_padding{};   // bool (B, S): true marks a padding key (PyTorch's key_padding_mask)
-  Tensor keep{};  // bool, broadcastable to (..., T, S): true = may attend (PyTorch SDPA attn_mask)
-  Tensor additive{};  // float, broadcastable to (..., T, S): added to the scores
+  bool causal = false;   // query i may attend key j only when j <= i + (S - T)
+  int64_t window = -1;   // >= 0: local attention, |i + (S - T) - j| <= window
+  Tensor key_lengths{};  // int64 (B): keys at positions >= length are padding
+  Tensor key_padding{};  // bool (B, S): true marks a padding key (PyTorch's key_padding_mask)
+  Tensor keep{};         // bool, broadcastable to (..., T, S): true = may attend (PyTorch SDPA attn_mask)
+  Tensor additive{};     // float, broadcastable to (..., T, S): added to the scores
   bool restricts() const {
-    return causal || window >= 0 || key_lengths.defined() || key_padding.defined() ||
-           keep.defined();
+    return causal || window >= 0 || key_lengths.defined() || key_padding.defined() || keep.defined();
   }
 };
 
@@ -48,24 +47,23 @@ struct AttentionResult {
 };
 
 // The attention output. dropout_p > 0 drops attention weights (seeded; pass 0 in eval).
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const AttentionMask& mask = {}, double dropout_p = 0.0,
-                                    std::optional<double> scale = std::nullopt,
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask = {},
+                                    double dropout_p = 0.0, std::optional<double> scale = std::nullopt,
                                     bool is_causal = false);
 
 // The same through the composed path, returning the attention weights too.
-AttentionResult scaled_dot_product_attention_with_weights(
-    const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask = {},
-    double dropout_p = 0.0, std::optional<double> scale = std::nullopt, bool is_causal = false);
+AttentionResult scaled_dot_product_attention_with_weights(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                          const AttentionMask& mask = {}, double dropout_p = 0.0,
+                                                          std::optional<double> scale = std::nullopt,
+                                                          bool is_causal = false);
 
 // The fused (flash-style) kernel explicitly: O(T) memory (only a log-sum-exp per query row is
 // saved), masked key blocks skipped, dropout regenerated in backward. q (B, H, T, D),
 // k (B, H, S, D), v (B, H, S, Dv) with equal B and H (or 3-D (B, L, D) for one head).
 // scaled_dot_product_attention uses it whenever the device has the kernel and the shapes fit.
 // The additive mask is a constant here (no gradient flows into it).
-Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                       const AttentionMask& mask = {}, double dropout_p = 0.0,
-                       std::optional<double> scale = std::nullopt, bool is_causal = false);
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask = {},
+                       double dropout_p = 0.0, std::optional<double> scale = std::nullopt, bool is_causal = false);
 // Self-attention straight from packed projections qkv (B, T, 3C) = [q | k | v] with `heads`
 // heads of d_head = C / heads: returns the merged heads (B, T, C). No head split or merge is
 // ever copied, and backward writes dq, dk, dv into one (B, T, 3C) gradient.

@@ -58,8 +58,8 @@ class SavedTensor {
 };
 
 struct Edge {
-  std::shared_ptr<Node> node;         // the producer of the input, if it is not a leaf
-  std::shared_ptr<TensorImpl> leaf;   // the input itself, if it is a leaf requiring grad
+  std::shared_ptr<Node> node;        // the producer of the input, if it is not a leaf
+  std::shared_ptr<TensorImpl> leaf;  // the input itself, if it is a leaf requiring grad
   bool defined() const { return node || leaf; }
 };
 
@@ -69,8 +69,7 @@ class Node {
  public:
   using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
 
-  Node(const char* name, std::vector<Edge> edges, BackwardFn backward, Dims output_shape,
-       DType output_dtype);
+  Node(const char* name, std::vector<Edge> edges, BackwardFn backward, Dims output_shape, DType output_dtype);
   // Releases the nodes of a long chain one after another instead of recursively, so that
   // dropping a graph of any depth cannot overflow the stack.
   ~Node();
@@ -111,24 +110,22 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 
 // Attaches a Node named `op` to `output` with edges to `inputs`. Call only when
 // any_requires_grad(inputs) is true. The closure must capture SavedTensors, not Tensors.
-void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor& output,
-               Node::BackwardFn backward);
+void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor& output, Node::BackwardFn backward);
 inline void record_op(const char* op, std::initializer_list<const Tensor*> inputs, Tensor& output,
                       Node::BackwardFn backward) {
   record_op(op, std::vector<const Tensor*>(inputs), output, std::move(backward));
 }
 
 // Runs the backward pass from `roots` with the given seed gradients.
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-                  bool retain_graph);
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
 
 // Computes d(outputs)/d(inputs) without touching .grad of any tensor (torch.autograd.grad).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
 
 // Optional per-node callback after each backward node ran (after the anomaly check, if on).
-using BackwardObserver = std::function<void(const Node& node, const Tensor& grad_output,
-                                            const std::vector<Tensor>& grad_inputs)>;
+using BackwardObserver =
+    std::function<void(const Node& node, const Tensor& grad_output, const std::vector<Tensor>& grad_inputs)>;
 void set_backward_observer(BackwardObserver observer);
 
 }  // namespace heed

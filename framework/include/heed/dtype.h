@@ -29,25 +29,36 @@ inline constexpr DType kF32 = kFloat32, kF64 = kFloat64, kF16 = kFloat16, kBF16 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::Float64:
-    case DType::Int64: return 8;
+    case DType::Int64:
+      return 8;
     case DType::Float32:
-    case DType::Int32: return 4;
+    case DType::Int32:
+      return 4;
     case DType::Float16:
-    case DType::BFloat16: return 2;
-    case DType::Bool: return 1;
+    case DType::BFloat16:
+      return 2;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -88,7 +99,7 @@ inline uint16_t float_to_half_bits_portable(float f) {
     return static_cast<uint16_t>(sign | h);
   }
   if (abs <= 0x33000000u) return static_cast<uint16_t>(sign);  // <= 2^-25 rounds to zero
-  const uint32_t exponent = abs >> 23;                          // subnormal half: units of 2^-24
+  const uint32_t exponent = abs >> 23;                         // subnormal half: units of 2^-24
   const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
   const uint32_t shift = 126 - exponent;
   uint32_t h = mantissa >> shift;
@@ -151,15 +162,38 @@ struct BFloat16 {
 };
 
 // Maps C++ element types to DType.
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = kFloat64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = kBFloat16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = kInt32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = kInt64; };
-template <> struct DTypeOf<bool> { static constexpr DType value = kBool; };
-template <typename T> inline constexpr DType dtype_of = DTypeOf<T>::value;
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = kFloat32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = kFloat64;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = kFloat16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = kBFloat16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = kInt32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = kInt64;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = kBool;
+};
+template <typename T>
+inline constexpr DType dtype_of = DTypeOf<T>::value;
 
 // The dtype two operands are computed in: the wider float wins; any float beats integers;
 // float16 with bfloat16 gives float32 (neither holds the other).

@@ -29,14 +29,14 @@ template <typename... Args>
 }  // namespace heed
 
 // HEED_CHECK(cond, "op", "fmt", args...): throws heed::Error naming the op when cond is false.
-#define HEED_CHECK(cond, op, ...)                         \
-  do {                                                    \
-    if (!(cond)) [[unlikely]] ::heed::fail(op, __VA_ARGS__); \
+#define HEED_CHECK(cond, op, ...)    \
+  do {                               \
+    if (!(cond)) [[unlikely]]        \
+      ::heed::fail(op, __VA_ARGS__); \
   } while (0)
 
-#define HEED_INTERNAL_ASSERT(cond)                                                         \
-  do {                                                                                     \
-    if (!(cond)) [[unlikely]]                                                              \
-      ::heed::fail("internal", "assertion '{}' failed at {}:{} (this is a bug in heed)", #cond, \
-                   __FILE__, __LINE__);                                                    \
+#define HEED_INTERNAL_ASSERT(cond)                                                                                   \
+  do {                                                                                                               \
+    if (!(cond)) [[unlikely]]                                                                                        \
+      ::heed::fail("internal", "assertion '{}' failed at {}:{} (this is a bug in heed)", #cond, __FILE__, __LINE__); \
   } while (0)

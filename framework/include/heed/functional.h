@@ -37,7 +37,6 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 // Layer normalization over the last dim (size C): (x - mean) / sqrt(var + eps) * weight + bias,
 // with the biased variance; weight/bias (C) may be undefined. Fused forward and backward
 // kernels; only the per-row mean and 1/std are saved.
-Tensor layer_norm(const Tensor& x, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
-                  double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5);
 
 }  // namespace heed::F

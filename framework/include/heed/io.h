@@ -65,8 +65,7 @@ std::string_view safetensors_dtype_name(DType dtype);
 
 // Writes the tensors (copied to the CPU and made contiguous as needed; autograd history is
 // ignored) and string metadata. Names must be unique and must not be "__metadata__".
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // The exact bytes save_safetensors writes (for in-memory use and tests).
@@ -87,7 +86,6 @@ SafetensorsFile load_safetensors(const std::string& path);
 
 // Validates and decodes safetensors bytes held in memory; errors read
 // "heed::load_safetensors: <name_for_errors>: <problem>". Safe for any (data, size).
-SafetensorsFile parse_safetensors(const uint8_t* data, size_t size,
-                                  const std::string& name_for_errors);
+SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::string& name_for_errors);
 
 }  // namespace heed::io

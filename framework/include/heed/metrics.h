@@ -13,10 +13,10 @@
 namespace heed::metrics {
 
 struct BleuResult {
-  double score = 0.0;                       // 0..100
-  std::array<double, 4> precisions{};      // n-gram precisions in percent, after smoothing
-  std::array<long long, 4> matches{};      // clipped n-gram matches
-  std::array<long long, 4> totals{};       // hypothesis n-grams
+  double score = 0.0;                  // 0..100
+  std::array<double, 4> precisions{};  // n-gram precisions in percent, after smoothing
+  std::array<long long, 4> matches{};  // clipped n-gram matches
+  std::array<long long, 4> totals{};   // hypothesis n-grams
   double brevity_penalty = 1.0;
   long long hypothesis_length = 0;
   long long reference_length = 0;

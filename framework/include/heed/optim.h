@@ -41,7 +41,7 @@ struct ParamGroup {
 // What a checkpoint stores of an optimizer.
 struct OptimizerState {
   std::vector<std::pair<std::string, Tensor>> tensors{};  // "state.<group>.<index>.<buffer>"
-  nlohmann::json scalars{};  // {"optimizer", "options", "param_groups", "state"}
+  nlohmann::json scalars{};                               // {"optimizer", "options", "param_groups", "state"}
 };
 
 // The state of one parameter: how many updates it has had and its buffers.
@@ -74,8 +74,7 @@ class Optimizer {
   void load_state_dict(const OptimizerState& state);
 
  protected:
-  Optimizer(const char* name, std::vector<ParamGroup> groups, double default_lr,
-            double default_weight_decay);
+  Optimizer(const char* name, std::vector<ParamGroup> groups, double default_lr, double default_weight_decay);
   // Checks every group's lr/weight_decay and sizes the state to the groups (users may add
   // parameters to a group between steps); call at the start of step().
   void prepare_step();

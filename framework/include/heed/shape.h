@@ -63,9 +63,7 @@ class Dims {
   }
   std::vector<int64_t> vec() const { return {begin(), end()}; }
 
-  bool operator==(const Dims& o) const {
-    return size_ == o.size_ && std::equal(begin(), end(), o.begin());
-  }
+  bool operator==(const Dims& o) const { return size_ == o.size_ && std::equal(begin(), end(), o.begin()); }
   bool operator!=(const Dims& o) const { return !(*this == o); }
 
  private:
@@ -100,8 +98,8 @@ inline std::string shape_str(const Dims& shape) { return fmt::format("[{}]", fmt
 // Wraps a possibly negative dim into [0, ndim); throws naming the op otherwise.
 inline int normalize_dim(int64_t dim, int ndim, const char* op) {
   const int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
-  HEED_CHECK(dim >= lo && dim <= hi, op, "dim {} is out of range for a tensor with {} dims (expected {}..{})",
-             dim, ndim, lo, hi);
+  HEED_CHECK(dim >= lo && dim <= hi, op, "dim {} is out of range for a tensor with {} dims (expected {}..{})", dim,
+             ndim, lo, hi);
   return static_cast<int>(dim < 0 ? dim + std::max(ndim, 1) : dim);
 }
 
@@ -113,8 +111,8 @@ inline Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
     const int ia = a.size() - n + i, ib = b.size() - n + i;
     const int64_t sa = ia >= 0 ? a[ia] : 1, sb = ib >= 0 ? b[ib] : 1;
     HEED_CHECK(sa == sb || sa == 1 || sb == 1, op,
-               "shapes {} and {} cannot be broadcast together (dim {} has sizes {} and {})",
-               shape_str(a), shape_str(b), i - n, sa, sb);
+               "shapes {} and {} cannot be broadcast together (dim {} has sizes {} and {})", shape_str(a), shape_str(b),
+               i - n, sa, sb);
     out[i] = sa == 1 ? sb : sa;
   }
   return out;

@@ -54,11 +54,23 @@ struct TensorImpl {
 class TensorOptions {
  public:
   TensorOptions() = default;
-  TensorOptions(DType dtype) : dtype_(dtype) {}     // NOLINT(google-explicit-constructor)
+  TensorOptions(DType dtype) : dtype_(dtype) {}      // NOLINT(google-explicit-constructor)
   TensorOptions(Device device) : device_(device) {}  // NOLINT(google-explicit-constructor)
-  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
-  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  TensorOptions dtype(DType d) const {
+    auto o = *this;
+    o.dtype_ = d;
+    return o;
+  }
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    return o;
+  }
+  TensorOptions requires_grad(bool r) const {
+    auto o = *this;
+    o.requires_grad_ = r;
+    return o;
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   bool requires_grad() const { return requires_grad_; }
@@ -96,9 +108,7 @@ class Tensor {
     check_dtype_for_access(dtype_of<T>, "data_ptr");
     return static_cast<T*>(raw_data());
   }
-  void* raw_data() const {
-    return static_cast<char*>(impl().storage->data()) + impl().offset * element_size();
-  }
+  void* raw_data() const { return static_cast<char*>(impl().storage->data()) + impl().offset * element_size(); }
   TensorImpl& impl() const {
     HEED_CHECK(impl_, "tensor", "use of an undefined (default-constructed) Tensor");
     return *impl_;

@@ -71,11 +71,11 @@ constexpr size_t kAlign = 256;
 
 struct Arena {
   char* base = nullptr;
-  size_t used = 0;                             // bump pointer
-  size_t protected_end = 0;                    // [base, base + protected_end) has its access set
-  std::multimap<size_t, char*> free_blocks;    // size -> block
-  std::map<const char*, size_t> live;          // block -> size
-  int open = 0;                                // nesting of accessible sections
+  size_t used = 0;                           // bump pointer
+  size_t protected_end = 0;                  // [base, base + protected_end) has its access set
+  std::multimap<size_t, char*> free_blocks;  // size -> block
+  std::map<const char*, size_t> live;        // block -> size
+  int open = 0;                              // nesting of accessible sections
 };
 
 Arena& arena() {
@@ -217,13 +217,12 @@ unsigned char* dynamic_shared_memory() {
   return run.shared.data();
 }
 
-void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t shared_bytes, Body body,
-                void* closure) {
+void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t shared_bytes, Body body, void* closure) {
   std::lock_guard<std::recursive_mutex> lock(big_lock());
   if (in_kernel) die("a kernel launched from inside a kernel", name);
   const unsigned long long threads = static_cast<unsigned long long>(block.x) * block.y * block.z;
-  if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
-      grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+  if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
+      grid.z > 65535 || grid.x > 2147483647u) {
     std::fprintf(stderr, "heed CUDA emulator: bad launch configuration of %s: grid (%u, %u, %u), block (%u, %u, %u)\n",
                  name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
     record(cudaErrorInvalidConfiguration);
@@ -311,26 +310,40 @@ cudaError_t cudaGetLastError() {
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected (emulated)";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+      return "invalid device pointer";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected (emulated)";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
   }
   return "unknown error";
 }
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
 }
@@ -377,11 +390,20 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t nbytes, cudaMemcpyKind
   const bool dst_device = heed_emu::in_arena(dst), src_device = heed_emu::in_arena(src);
   bool ok = true;
   switch (kind) {
-    case cudaMemcpyHostToDevice: ok = dst_device && !src_device; break;
-    case cudaMemcpyDeviceToHost: ok = !dst_device && src_device; break;
-    case cudaMemcpyDeviceToDevice: ok = dst_device && src_device; break;
-    case cudaMemcpyHostToHost: ok = !dst_device && !src_device; break;
-    case cudaMemcpyDefault: break;
+    case cudaMemcpyHostToDevice:
+      ok = dst_device && !src_device;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ok = !dst_device && src_device;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      ok = dst_device && src_device;
+      break;
+    case cudaMemcpyHostToHost:
+      ok = !dst_device && !src_device;
+      break;
+    case cudaMemcpyDefault:
+      break;
   }
   if (ok && dst_device) ok = heed_emu::valid_device_range(dst, nbytes);
   if (ok && src_device) ok = heed_emu::valid_device_range(src, nbytes);
@@ -420,8 +442,12 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
   if (!value || device != 0) return heed_emu::record(cudaErrorInvalidValue);
   switch (attribute) {
-    case cudaDevAttrMultiProcessorCount: *value = heed_emu::kMultiprocessors; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = heed_emu::max_shared_optin(); return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+      *value = heed_emu::kMultiprocessors;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = heed_emu::max_shared_optin();
+      return cudaSuccess;
   }
   return heed_emu::record(cudaErrorInvalidValue);
 }
@@ -445,20 +471,28 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
 
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_SUCCESS:
+      return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "the library was not initialized";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "the functionality requested is not supported";
   }
   return "unknown error";
 }
 
 const char* cublasGetStatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
   }
   return "CUBLAS_STATUS_UNKNOWN";
 }
@@ -467,18 +501,26 @@ namespace {
 
 double read_element(const void* base, cudaDataType type, long long index) {
   switch (type) {
-    case CUDA_R_32F: return static_cast<const float*>(base)[index];
-    case CUDA_R_64F: return static_cast<const double*>(base)[index];
-    case CUDA_R_16F: return heed::half_bits_to_float_portable(static_cast<const uint16_t*>(base)[index]);
-    case CUDA_R_16BF: return heed::bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+    case CUDA_R_32F:
+      return static_cast<const float*>(base)[index];
+    case CUDA_R_64F:
+      return static_cast<const double*>(base)[index];
+    case CUDA_R_16F:
+      return heed::half_bits_to_float_portable(static_cast<const uint16_t*>(base)[index]);
+    case CUDA_R_16BF:
+      return heed::bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
   }
   return 0;
 }
 
 void write_element(void* base, cudaDataType type, long long index, double v) {
   switch (type) {
-    case CUDA_R_32F: static_cast<float*>(base)[index] = static_cast<float>(v); return;
-    case CUDA_R_64F: static_cast<double*>(base)[index] = v; return;
+    case CUDA_R_32F:
+      static_cast<float*>(base)[index] = static_cast<float>(v);
+      return;
+    case CUDA_R_64F:
+      static_cast<double*>(base)[index] = v;
+      return;
     case CUDA_R_16F:
       static_cast<uint16_t*>(base)[index] = heed::float_to_half_bits_portable(static_cast<float>(v));
       return;
@@ -534,10 +576,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
       for (int i = 0; i < m; ++i) {
         double acc = 0.0;
         for (int p = 0; p < k; ++p) {
-          double av = read_element(A, Atype, a0 + (transa == CUBLAS_OP_N ? i + static_cast<long long>(p) * lda
-                                                                         : p + static_cast<long long>(i) * lda));
-          double bv = read_element(B, Btype, b0 + (transb == CUBLAS_OP_N ? p + static_cast<long long>(j) * ldb
-                                                                         : j + static_cast<long long>(p) * ldb));
+          double av = read_element(
+              A, Atype,
+              a0 + (transa == CUBLAS_OP_N ? i + static_cast<long long>(p) * lda : p + static_cast<long long>(i) * lda));
+          double bv = read_element(
+              B, Btype,
+              b0 + (transb == CUBLAS_OP_N ? p + static_cast<long long>(j) * ldb : j + static_cast<long long>(p) * ldb));
           if (tf32) {
             av = to_tf32(av);
             bv = to_tf32(bv);

@@ -151,8 +151,7 @@ unsigned char* dynamic_shared_memory();
 
 using Body = void (*)(void* closure);
 // Runs body(closure) once per thread of the grid; a bad configuration sets the last error.
-void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t shared_bytes, Body body,
-                void* closure);
+void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t shared_bytes, Body body, void* closure);
 
 template <typename... Params>
 class BoundKernel {

@@ -29,7 +29,7 @@ struct Finding {
   std::string measured;  // human-readable value
   std::string healthy;   // the healthy range
   Verdict verdict = Verdict::Ok;
-  std::string fix;       // what the documents suggest when it is not ok
+  std::string fix;  // what the documents suggest when it is not ok
 };
 
 struct Report {

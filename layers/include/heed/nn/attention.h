@@ -102,7 +102,7 @@ struct MultiHeadAttentionOptions {
   ProjectionLayout layout = ProjectionLayout::Separate;
   bool shared_kv = false;  // one projection for K and V (seed 003 sec. 5.3)
   bool bias = true;
-  double dropout = 0.0;    // on the attention weights, training only
+  double dropout = 0.0;  // on the attention weights, training only
   AttentionScale scale = AttentionScale::SqrtDk;
   double fixed_scale = 0.0;  // for AttentionScale::Fixed
   int64_t window = -1;       // >= 0: local attention of half-width `window` (seed 001 sec. 6.2)

@@ -50,8 +50,7 @@ class Embedding : public Module {
 
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool elementwise_affine = true,
-                     bool bias = true);
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
   Tensor forward(const Tensor& x) const;  // (..., dim) -> (..., dim)
   Tensor operator()(const Tensor& x) const { return forward(x); }
   Tensor weight;  // (dim) or undefined
@@ -105,8 +104,8 @@ Tensor activate(const Tensor& x, Activation activation);
 // Position-wise feed-forward: fc2(dropout(act(fc1(x)))), d_model -> d_ff -> d_model.
 class FeedForward : public Module {
  public:
-  FeedForward(int64_t d_model, int64_t d_ff, double dropout = 0.0,
-              Activation activation = Activation::GELU, bool bias = true);
+  FeedForward(int64_t d_model, int64_t d_ff, double dropout = 0.0, Activation activation = Activation::GELU,
+              bool bias = true);
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   std::shared_ptr<Linear> fc1, fc2;

@@ -96,11 +96,11 @@ struct TransformerOptions {
   int64_t encoder_layers = 3;
   int64_t decoder_layers = 3;
   int64_t max_len = 256;
-  int64_t pad_id = 0;                  // padding token of both vocabularies
-  bool share_embeddings = false;       // one embedding for source and target (same vocabulary)
-  bool tie_output = true;              // output projection = target embedding^T
+  int64_t pad_id = 0;             // padding token of both vocabularies
+  bool share_embeddings = false;  // one embedding for source and target (same vocabulary)
+  bool tie_output = true;         // output projection = target embedding^T
   PositionalKind positional = PositionalKind::Sinusoidal;
-  TransformerLayerOptions layer;       // d_model, heads, d_ff, dropout, ...
+  TransformerLayerOptions layer;  // d_model, heads, d_ff, dropout, ...
 };
 
 // Encoder-decoder Transformer for sequence-to-sequence.
@@ -136,8 +136,8 @@ struct TransformerLMOptions {
   int64_t d_model = 128;
   int64_t heads = 4;
   int64_t layers = 4;
-  int64_t d_ff = 0;        // 0: 4 * d_model
-  int64_t context = 64;    // longest sequence (learned positions)
+  int64_t d_ff = 0;      // 0: 4 * d_model
+  int64_t context = 64;  // longest sequence (learned positions)
   double dropout = 0.0;
   bool tie_embeddings = false;
   bool bias = true;
