@@ -146,9 +146,25 @@ void json(const uint8_t* data, size_t size) {
       }
     }
   }
+  try {  // the loss scaler's state, as kept in the examples' checkpoints
+    amp::GradScaler scaler;
+    scaler.load_state_dict(value);
+    require(scaler.get_scale() > 0 && std::isfinite(scaler.get_scale()), "an accepted scaler state has a usable scale");
+  } catch (const Error&) {
+  }
 #ifdef HEED_FUZZ_HAVE_TRANSLATE
+  // The translate checkpoint configuration (model config inside it, or alone): accepted values
+  // are within the flags' bounds.
   try {
-    translate::ModelConfig::from_json(value);
+    const translate::ModelConfig c = translate::ModelConfig::from_json(value, "fuzz.json");
+    require(c.d_model >= 1 && c.heads >= 1 && c.d_model % c.heads == 0 && c.layers >= 1 && c.max_len >= 2 &&
+                c.dropout >= 0 && c.dropout < 1,
+            "an accepted model config is in range");
+  } catch (const Error&) {
+  }
+  try {
+    const translate::SavedConfig saved = translate::read_saved_config(value, "fuzz.json");
+    require(saved.corpus.train_size >= 100 && saved.corpus.test_size >= 1, "an accepted corpus config is in range");
   } catch (const Error&) {
   }
 #endif

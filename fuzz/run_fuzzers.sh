@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# fuzz/run_fuzzers.sh — runs every libFuzzer target for a bounded time on a temporary copy of
-# its seed corpus (fuzz/corpus/<target>) plus every regression input (fuzz/regressions/<target>),
-# so libFuzzer never writes into the repository. Fails (exit 1) on any crash, hang (-timeout),
-# out-of-memory (-rss_limit_mb) or sanitizer report; the offending inputs are kept in
-# $FUZZ_ARTIFACTS (default: a temporary folder, printed) to be minimised and committed to
+# fuzz/run_fuzzers.sh — runs every libFuzzer target on a temporary copy of its seed corpus
+# (fuzz/corpus/<target>) plus every regression input (fuzz/regressions/<target>), so libFuzzer
+# never writes into the repository. Fails (exit 1) on any crash, hang (-timeout), out-of-memory
+# (-rss_limit_mb) or sanitizer report; the offending inputs are kept in $FUZZ_ARTIFACTS
+# (default: a temporary folder, printed) to be minimised and committed to
 # fuzz/regressions/<target>/.
 #   fuzz/run_fuzzers.sh [BUILD_DIR [SECONDS [TARGET...]]]
 # Defaults: build/fuzz (the 'fuzz' preset), 60 s, every target. JOBS (default: cores) targets
 # run at once.
+#
+# Two modes:
+#   reproducible (CI): FUZZ_SEED=N (a number) and FUZZ_RUNS=M (or FUZZ_RUNS_<target>=M for one
+#     target): each target executes exactly M inputs from libFuzzer's seed N over the committed
+#     corpus, so the same code gives the same inputs and the same verdict on every run. SECONDS
+#     is only a safety cap (a machine too slow to finish M runs in time stops early, covering a
+#     prefix of the same inputs).
+#   exploration (by hand, fuzz/explore.sh): FUZZ_SEED unset or "random" and no FUZZ_RUNS:
+#     libFuzzer picks a new seed each run and fuzzes for SECONDS per target; whatever it finds
+#     is minimised and committed as a regression, which the reproducible mode then replays.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +27,8 @@ shift $(( $# < 2 ? $# : 2 ))
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(safetensors json checkpoint cli)
 JOBS=${JOBS:-$(nproc)}
+FUZZ_SEED=${FUZZ_SEED:-}
+FUZZ_RUNS=${FUZZ_RUNS:-}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/heed_fuzz.XXXXXX")
 ARTIFACTS=${FUZZ_ARTIFACTS:-$WORK/artifacts}
 mkdir -p "$ARTIFACTS"
@@ -31,16 +43,27 @@ run_target() {
   for dir in fuzz/corpus/"$target" fuzz/regressions/"$target"; do
     [ -d "$dir" ] && find "$dir" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$corpus"/ \;
   done
-  "$exe" "$corpus" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 \
+  local mode=()
+  [ -n "$FUZZ_SEED" ] && [ "$FUZZ_SEED" != random ] && mode+=(-seed="$FUZZ_SEED")
+  local runs_variable="FUZZ_RUNS_$target" runs
+  runs=${!runs_variable:-$FUZZ_RUNS}
+  [ -n "$runs" ] && mode+=(-runs="$runs")
+  "$exe" "$corpus" "${mode[@]}" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$ARTIFACTS/$target-" >"$WORK/$target.log" 2>&1
   local status=$?
   local stats
   stats=$(grep -E '^stat::number_of_executed_units|^stat::new_units_added' "$WORK/$target.log" | tr '\n' ' ')
   if [ $status -ne 0 ]; then
-    echo "fuzz_$target: FAILED (exit $status) after at most ${SECONDS_PER_TARGET}s; log:"
+    echo "fuzz_$target: FAILED (exit $status) after at most ${SECONDS_PER_TARGET}s (seed ${FUZZ_SEED:-random}); log:"
     grep -v '^#[0-9]' "$WORK/$target.log" | tail -60
   else
-    echo "fuzz_$target: clean for ${SECONDS_PER_TARGET}s ($stats)"
+    local seed
+    seed=$(grep -m1 -oE 'Seed: [0-9]+' "$WORK/$target.log" | cut -d' ' -f2)
+    if [ -n "$runs" ]; then
+      echo "fuzz_$target: clean, $runs runs from seed $seed ($stats)"
+    else
+      echo "fuzz_$target: clean for ${SECONDS_PER_TARGET}s from seed $seed ($stats)"
+    fi
   fi
   return $status
 }

@@ -34,14 +34,12 @@ int check(const CheckOptions& o) {
   std::string kind;
   if (config.contains("source_vocab")) {
     kind = "translate";
-    const translate::Vocab source = translate::Vocab::from_tokens(config.at("source_vocab"));
-    const translate::Vocab target = translate::Vocab::from_tokens(config.at("target_vocab"));
-    auto model = translate::build_model(translate::ModelConfig::from_json(config.at("model")), source, target);
+    const translate::SavedConfig saved = translate::read_saved_config(config, o.checkpoint);
+    const translate::Vocab& source = saved.source;
+    const translate::Vocab& target = saved.target;
+    auto model = translate::build_model(saved.model, source, target);
     io::load_checkpoint(o.checkpoint, *model);
-    translate::CorpusOptions corpus;
-    corpus.seed = config.at("corpus").at("seed").get<uint64_t>();
-    corpus.train_size = config.at("corpus").at("train_size").get<int>();
-    corpus.test_size = config.at("corpus").at("test_size").get<int>();
+    const translate::CorpusOptions& corpus = saved.corpus;
     const translate::Corpus data = translate::generate_corpus(corpus);
     std::vector<size_t> rows;
     for (size_t i = 0; i < std::min<size_t>(static_cast<size_t>(o.batch), data.validation.size()); ++i)
@@ -50,20 +48,24 @@ int check(const CheckOptions& o) {
     report = doctor::run_checks(doctor::seq2seq_subject(*model, b.src, b.tgt_in, b.tgt_out));
   } else if (config.contains("chars")) {
     kind = "charlm";
+    // The bounds of charlm's flags (the vocabulary is at most the 256 byte values).
+    const io::JsonFields fields(config, "doctor", o.checkpoint);
     nn::TransformerLMOptions mo;
-    mo.vocab = config.at("vocab").get<int64_t>();
-    mo.d_model = config.at("d_model").get<int64_t>();
-    mo.heads = config.at("heads").get<int64_t>();
-    mo.layers = config.at("layers").get<int64_t>();
-    mo.context = config.at("block").get<int64_t>();
-    mo.dropout = config.at("dropout").get<double>();
-    mo.scale = nn::parse_attention_scale(config.at("attn_scale").get<std::string>());
+    mo.vocab = fields.integer("vocab", 1, 256);
+    mo.d_model = fields.integer("d_model", 1, 16384);
+    mo.heads = fields.integer("heads", 1, 256);
+    mo.layers = fields.integer("layers", 1, 64);
+    mo.context = fields.integer("block", 2, 4096);
+    mo.dropout = fields.number("dropout", 0.0, 0.99);
+    mo.scale = nn::parse_attention_scale(fields.string("attn_scale"));
+    HEED_CHECK(mo.d_model % mo.heads == 0, "doctor", "{}: d_model {} is not divisible by heads {}", o.checkpoint,
+               mo.d_model, mo.heads);
     nn::TransformerLM model(mo);
     io::load_checkpoint(o.checkpoint, model);
     std::string text;
-    const std::string source = o.data.empty() ? config.at("data").get<std::string>() : o.data;
+    const std::string source = o.data.empty() ? fields.string("data") : o.data;
     if (source == "generated") {
-      text = charlm::generated_corpus(config.at("seed").get<uint64_t>(), 400000);
+      text = charlm::generated_corpus(fields.unsigned_integer("seed", uint64_t{1} << 62), 400000);
     } else {
       std::ifstream in(source, std::ios::binary);
       HEED_CHECK(in.good(), "doctor", "cannot read the training data '{}' (pass --data PATH)", source);

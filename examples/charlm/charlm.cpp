@@ -107,6 +107,21 @@ std::string sample(const nn::TransformerLM& model, const Dataset& d, const std::
   return out;
 }
 
+// The training history a resumed checkpoint carries feeds the timing and the charts: check its
+// shape and values now (a corrupt history is a heed::Error naming the key).
+void check_history(const nlohmann::json& history, const std::string& checkpoint) {
+  const io::JsonFields h(history, "charlm", checkpoint + " (training history)");
+  const auto logged = static_cast<int64_t>(h.numbers("iter", 0).size());
+  const auto evals = static_cast<int64_t>(h.numbers("eval_iter", 0).size());
+  h.numbers("train_loss", -1e300, 1e300, logged);
+  h.numbers("val_loss", -1e300, 1e300, evals);
+  h.number("train_seconds", 0.0);
+  const nlohmann::json& entropy = h.array("entropy");
+  HEED_CHECK(static_cast<int64_t>(entropy.size()) == evals, "charlm",
+             "{} (training history): \"entropy\" has {} rows for {} evaluations", checkpoint, entropy.size(), evals);
+  for (size_t i = 0; i < entropy.size(); ++i) io::json_numbers(entropy[i], h.element_place("entropy", i), 0.0);
+}
+
 int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   const Device device = parse_device(o.device);
@@ -188,6 +203,7 @@ int run(const Options& o) {
     const io::RestoredCheckpoint restored = io::load_checkpoint(checkpoint, model, &optimizer, nullptr);
     start = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
+    check_history(history, checkpoint);
     if (!o.sample_only) {
       // The precision and the loss scaler's state, so that the continued run is exact.
       const std::string trained_amp = history.value("amp", std::string("none"));

@@ -67,22 +67,38 @@ nlohmann::json ModelConfig::to_json() const {
           {"max_len", max_len}, {"dropout", dropout}, {"attn_scale", attn_scale}, {"norm_first", norm_first}};
 }
 
-ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
-  HEED_CHECK(j.is_object(), "ModelConfig", "expected a JSON object, got {}", j.dump());
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  // The same bounds as the translate flags that write these values.
+  const io::JsonFields fields(j, "translate::ModelConfig", source);
   ModelConfig c;
-  try {
-    c.d_model = j.at("d_model").get<int64_t>();
-    c.heads = j.at("heads").get<int64_t>();
-    c.layers = j.at("layers").get<int64_t>();
-    c.d_ff = j.at("d_ff").get<int64_t>();
-    c.max_len = j.at("max_len").get<int64_t>();
-    c.dropout = j.at("dropout").get<double>();
-    c.attn_scale = j.at("attn_scale").get<std::string>();
-    c.norm_first = j.at("norm_first").get<bool>();
-  } catch (const nlohmann::json::exception& e) {
-    fail("ModelConfig", "bad model config {}: {}", j.dump(), e.what());
-  }
+  c.d_model = fields.integer("d_model", 1, 65536);
+  c.heads = fields.integer("heads", 1, 1024);
+  c.layers = fields.integer("layers", 1, 64);
+  c.d_ff = fields.integer("d_ff", 1, 1 << 20);
+  c.max_len = fields.integer("max_len", 2, 1 << 20);
+  c.dropout = fields.number("dropout", 0.0, 0.99);
+  c.attn_scale = fields.string("attn_scale");
+  c.norm_first = fields.boolean("norm_first");
+  HEED_CHECK(c.d_model % c.heads == 0, "translate::ModelConfig", "{}: d_model {} is not divisible by heads {}", source,
+             c.d_model, c.heads);
   return c;
+}
+
+SavedConfig read_saved_config(const nlohmann::json& config, const std::string& source) {
+  const io::JsonFields fields(config, "translate", source);
+  HEED_CHECK(fields.has("source_vocab") && fields.has("target_vocab") && fields.has("model"), "translate",
+             "{} is not a translate checkpoint (its configuration has no source_vocab, target_vocab and model)",
+             source);
+  SavedConfig saved;
+  saved.source = Vocab::from_tokens(fields.strings("source_vocab"));
+  saved.target = Vocab::from_tokens(fields.strings("target_vocab"));
+  saved.model = ModelConfig::from_json(fields.value("model"), source + " model");
+  const io::JsonFields corpus = fields.object("corpus");
+  // The same bounds as the --seed, --train-size and --test-size flags.
+  saved.corpus.seed = corpus.unsigned_integer("seed", uint64_t{1} << 62);
+  saved.corpus.train_size = static_cast<int>(corpus.integer("train_size", 100, 10000000));
+  saved.corpus.test_size = static_cast<int>(corpus.integer("test_size", 1, 1000000));
+  return saved;
 }
 
 Task make_task(const CorpusOptions& options) {

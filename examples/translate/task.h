@@ -47,8 +47,19 @@ struct ModelConfig {
   std::string attn_scale = "sqrt_dk";
   bool norm_first = true;
   nlohmann::json to_json() const;
-  static ModelConfig from_json(const nlohmann::json& j);
+  // Checked: every value must be of its type and within the flags' bounds, else heed::Error
+  // naming `source`, the key and the value.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source = "model config");
 };
+
+// What a translate checkpoint's configuration holds, read with every value checked (a corrupt
+// or foreign configuration is a heed::Error naming `source` and the key).
+struct SavedConfig {
+  Vocab source, target;
+  ModelConfig model;
+  CorpusOptions corpus;
+};
+SavedConfig read_saved_config(const nlohmann::json& config, const std::string& source);
 
 struct Task {
   Corpus corpus;

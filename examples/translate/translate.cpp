@@ -62,6 +62,20 @@ void attention_pictures(nn::Transformer& model, const translate::Task& task, con
                             panels, tgt_labels, src_labels, 2);
 }
 
+// The training history a resumed checkpoint carries feeds the charts at the end: check its shape
+// and values now (a corrupt history is a heed::Error naming the key, not a failure mid-way).
+void check_history(const nlohmann::json& history, const std::string& checkpoint) {
+  const io::JsonFields h(history, "translate", checkpoint + " (training history)");
+  const auto logged = static_cast<int64_t>(h.numbers("step", 0).size());
+  const auto evals = static_cast<int64_t>(h.numbers("eval_step", 0).size());
+  h.numbers("train_loss", -1e300, 1e300, logged);
+  h.numbers("val_loss", -1e300, 1e300, evals);
+  const nlohmann::json& entropy = h.array("entropy");
+  HEED_CHECK(static_cast<int64_t>(entropy.size()) == evals, "translate",
+             "{} (training history): \"entropy\" has {} rows for {} evaluations", checkpoint, entropy.size(), evals);
+  for (size_t i = 0; i < entropy.size(); ++i) io::json_numbers(entropy[i], h.element_place("entropy", i), 0.0);
+}
+
 int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   const Device device = parse_device(o.device);
@@ -75,16 +89,10 @@ int run(const Options& o) {
 
   // ---- translate a sentence with a trained checkpoint ---------------------------------------
   if (!o.translate_text.empty()) {
-    const nlohmann::json config = io::read_config(checkpoint);
-    HEED_CHECK(config.is_object() && config.contains("source_vocab") && config.contains("target_vocab") &&
-                   config.contains("model"),
-               "translate",
-               "{} is not a translate checkpoint (its configuration has no source_vocab, target_vocab "
-               "and model)",
-               checkpoint);
-    const translate::Vocab source = translate::Vocab::from_tokens(config.at("source_vocab"));
-    const translate::Vocab target = translate::Vocab::from_tokens(config.at("target_vocab"));
-    auto model = translate::build_model(translate::ModelConfig::from_json(config.at("model")), source, target);
+    const translate::SavedConfig saved = translate::read_saved_config(io::read_config(checkpoint), checkpoint);
+    const translate::Vocab& source = saved.source;
+    const translate::Vocab& target = saved.target;
+    auto model = translate::build_model(saved.model, source, target);
     io::load_checkpoint(checkpoint, *model);
     model->eval();
     const std::vector<std::string> tokens = translate::tokenize_german(o.translate_text);
@@ -152,6 +160,7 @@ int run(const Options& o) {
                "{} was trained with a different configuration; pass the same flags to resume", checkpoint);
     start_step = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
+    check_history(history, checkpoint);
     // The precision and the loss scaler's state, so that the continued run is exact.
     const std::string trained_amp = history.value("amp", std::string("none"));
     HEED_CHECK(trained_amp == o.amp, "translate", "{} was trained with --amp {}; pass the same flag to resume",

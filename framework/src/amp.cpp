@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "heed/autograd.h"
+#include "heed/json_read.h"
 #include "heed/ops.h"
 #include "heed/optim.h"
 #include "internal.h"
@@ -256,29 +257,23 @@ nlohmann::json GradScaler::state_dict() const {
 
 void GradScaler::load_state_dict(const nlohmann::json& state) {
   const char* op = "amp::GradScaler::load_state_dict";
-  HEED_CHECK(state.is_object(), op, "expected a JSON object, got {}", state.dump());
-  for (const char* key : {"enabled", "scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker"})
-    HEED_CHECK(state.contains(key), op, "the state has no \"{}\" (got {})", key, state.dump());
-  HEED_CHECK(state["enabled"].is_boolean(), op, "\"enabled\" must be a boolean, got {}", state["enabled"].dump());
-  for (const char* key : {"scale", "growth_factor", "backoff_factor"})
-    HEED_CHECK(state[key].is_number(), op, "\"{}\" must be a number, got {}", key, state[key].dump());
-  for (const char* key : {"growth_interval", "growth_tracker"})
-    HEED_CHECK(state[key].is_number_integer(), op, "\"{}\" must be an integer, got {}", key, state[key].dump());
-  const bool enabled = state["enabled"].get<bool>();
+  const io::JsonFields fields(state, op, "loss scaler state");
+  const bool enabled = fields.boolean("enabled");
   HEED_CHECK(enabled == options_.enabled, op, "the state comes from {} scaler but this scaler is {}",
              enabled ? "an enabled" : "a disabled", options_.enabled ? "enabled" : "disabled");
   GradScalerOptions o = options_;
-  o.init_scale = state["scale"].get<double>();
-  o.growth_factor = state["growth_factor"].get<double>();
-  o.backoff_factor = state["backoff_factor"].get<double>();
-  o.growth_interval = state["growth_interval"].get<int64_t>();
+  o.init_scale = fields.number("scale");
+  o.growth_factor = fields.number("growth_factor");
+  o.backoff_factor = fields.number("backoff_factor");
+  o.growth_interval = fields.integer("growth_interval");
   check_options(o, op);
-  const int64_t tracker = state["growth_tracker"].get<int64_t>();
+  const int64_t tracker = fields.integer("growth_tracker");
   HEED_CHECK(tracker >= 0 && tracker < o.growth_interval, op,
              "growth_tracker must be in [0, growth_interval = {}), got {}", o.growth_interval, tracker);
+  const double scale = o.init_scale;
   o.init_scale = options_.init_scale;  // the option stays; the current scale is restored
   options_ = o;
-  scale_ = state["scale"].get<double>();
+  scale_ = scale;
   growth_tracker_ = tracker;
   per_optimizer_.clear();
 }

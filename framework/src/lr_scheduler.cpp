@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "heed/json_read.h"
+
 namespace heed::optim {
 
 using nlohmann::json;
@@ -50,21 +52,14 @@ void LRScheduler::load_state_dict(const json& state) {
   HEED_CHECK(state.is_object() && state.contains("scheduler") && state.contains("step") && state.contains("base_lrs"),
              kOp, "malformed scheduler state {} (expected scheduler, step and base_lrs)", state.dump());
   HEED_CHECK(state["scheduler"] == name(), kOp, "the state belongs to {}, not {}", state["scheduler"].dump(), name());
-  const json& step = state["step"];
-  HEED_CHECK(step.is_number_integer() && step.get<int64_t>() >= 0, kOp,
-             "malformed scheduler state: step must be an integer >= 0, got {}", step.dump());
-  const json& bases = state["base_lrs"];
-  HEED_CHECK(bases.is_array() && bases.size() == optimizer_.param_groups().size(), kOp,
+  const io::JsonFields fields(state, kOp, "scheduler state");
+  const int64_t step = fields.integer("step", 0);
+  const json& bases = fields.array("base_lrs");
+  HEED_CHECK(bases.size() == optimizer_.param_groups().size(), kOp,
              "the state has base lrs {} for an optimizer with {} parameter groups", bases.dump(),
              optimizer_.param_groups().size());
-  std::vector<double> base_lrs;
-  for (const json& base : bases) {
-    HEED_CHECK(base.is_number() && base.get<double>() >= 0.0, kOp,
-               "malformed scheduler state: base lr {} (expected a number >= 0)", base.dump());
-    base_lrs.push_back(base.get<double>());
-  }
-  base_lrs_ = std::move(base_lrs);
-  step_ = step.get<int64_t>();
+  base_lrs_ = fields.numbers("base_lrs", 0.0);
+  step_ = step;
   apply();
 }
 

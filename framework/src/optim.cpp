@@ -9,6 +9,7 @@
 #include <set>
 
 #include "heed/autograd.h"
+#include "heed/json_read.h"
 #include "heed/ops.h"
 #include "internal.h"
 
@@ -35,16 +36,12 @@ const json& field(const json& object, const char* key, const char* where) {
   return object[key];
 }
 double number_field(const json& object, const char* key, const char* where) {
-  const json& value = field(object, key, where);
-  HEED_CHECK(value.is_number(), "load_state_dict", "malformed optimizer state: {}.{} must be a number, got {}", where,
-             key, value.dump());
-  return value.get<double>();
+  return io::json_number(field(object, key, where),
+                         {"load_state_dict", "malformed optimizer state", fmt::format("{}.{}", where, key)});
 }
 bool bool_field(const json& object, const char* key, const char* where) {
-  const json& value = field(object, key, where);
-  HEED_CHECK(value.is_boolean(), "load_state_dict", "malformed optimizer state: {}.{} must be true or false, got {}",
-             where, key, value.dump());
-  return value.get<bool>();
+  return io::json_boolean(field(object, key, where),
+                          {"load_state_dict", "malformed optimizer state", fmt::format("{}.{}", where, key)});
 }
 
 }  // namespace
@@ -191,9 +188,7 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
         const json& entry = states[g][i];
         if (entry.is_null()) continue;
         const json& step = field(entry, "step", "a parameter state");
-        HEED_CHECK(step.is_number_integer() && step.get<int64_t>() >= 0, kOp,
-                   "malformed optimizer state: step of parameter {} of group {} is {}", i, g, step.dump());
-        s.step = step.get<int64_t>();
+        s.step = io::json_integer(step, {kOp, "malformed optimizer state", fmt::format("state[{}][{}].step", g, i)}, 0);
         for (const std::string& buffer : needed) {
           const std::string key = buffer_key(g, i, buffer);
           auto it = tensors.find(key);
@@ -412,9 +407,9 @@ void Adam::load_options_json(const json& options) {
   AdamOptions o;
   o.lr = number_field(options, "lr", "options");
   const json& betas = field(options, "betas", "options");
-  HEED_CHECK(betas.is_array() && betas.size() == 2 && betas[0].is_number() && betas[1].is_number(), "load_state_dict",
-             "malformed optimizer state: options.betas must be two numbers, got {}", betas.dump());
-  o.betas = {betas[0].get<double>(), betas[1].get<double>()};
+  const std::vector<double> beta_values =
+      io::json_numbers(betas, {"load_state_dict", "malformed optimizer state", "options.betas"}, 0.0, 1.0, 2);
+  o.betas = {beta_values[0], beta_values[1]};
   o.eps = number_field(options, "eps", "options");
   o.weight_decay = number_field(options, "weight_decay", "options");
   o.amsgrad = bool_field(options, "amsgrad", "options");

@@ -2,6 +2,7 @@
 #include "heed/checkpoint.h"
 
 #include "heed/io.h"
+#include "heed/json_read.h"
 #include "heed/random.h"
 
 namespace heed::io {
@@ -110,9 +111,10 @@ RestoredCheckpoint restore_checkpoint(const SafetensorsFile& file, const std::st
   const nlohmann::json optimizer_scalars = parse_metadata_json(file, "optimizer", path);
   const nlohmann::json scheduler_state = parse_metadata_json(file, "scheduler", path);
   const nlohmann::json rng = parse_metadata_json(file, "rng", path);
-  HEED_CHECK(rng.is_object() && rng.contains("seed") && rng.contains("offset") && rng["seed"].is_number_unsigned() &&
-                 rng["offset"].is_number_unsigned(),
-             op, "{}: missing or malformed RNG state", path);
+  HEED_CHECK(rng.is_object(), op, "{}: missing or malformed RNG state", path);
+  const io::JsonFields rng_fields(rng, op, path + " (rng)", "rng");
+  const uint64_t rng_seed = rng_fields.unsigned_integer("seed");
+  const uint64_t rng_offset = rng_fields.unsigned_integer("offset");
   if (optimizer) {
     HEED_CHECK(!optimizer_scalars.is_null(), op, "{}: the checkpoint has no optimizer state", path);
     optimizer->load_state_dict({optimizer_tensors, optimizer_scalars});
@@ -122,7 +124,7 @@ RestoredCheckpoint restore_checkpoint(const SafetensorsFile& file, const std::st
     scheduler->load_state_dict(scheduler_state);
   }
   model.load_state_dict(model_tensors, true);
-  default_generator().set_state(rng["seed"].get<uint64_t>(), rng["offset"].get<uint64_t>());
+  default_generator().set_state(rng_seed, rng_offset);
   out.config = parse_metadata_json(file, "config", path);
   out.extra = parse_metadata_json(file, "extra", path);
   return out;

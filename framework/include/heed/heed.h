@@ -15,6 +15,7 @@
 #include "heed/functional.h"    // IWYU pragma: export
 #include "heed/gradcheck.h"     // IWYU pragma: export
 #include "heed/io.h"            // IWYU pragma: export
+#include "heed/json_read.h"     // IWYU pragma: export
 #include "heed/lr_scheduler.h"  // IWYU pragma: export
 #include "heed/metrics.h"       // IWYU pragma: export
 #include "heed/nn/nn.h"         // IWYU pragma: export
