@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "test_skip.h"
+
 extern char** environ;
 
 using namespace heed;
@@ -274,7 +276,7 @@ TEST_CASE("checkpoint writes killed at random moments never corrupt the checkpoi
 
 TEST_CASE("charlm killed with SIGKILL at random moments resumes to a bit-identical result") {
 #ifndef HEED_CHARLM_EXE
-  MESSAGE("skipped: the charlm example is not built (HEED_BUILD_EXAMPLES=OFF)");
+  heed::test::skip("the charlm example is not built (HEED_BUILD_EXAMPLES=OFF)");
 #else
   uint64_t seed = 0;
   std::mt19937_64 rng = make_rng(&seed);

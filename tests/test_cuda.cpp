@@ -8,8 +8,8 @@
 // device, so a seed gives bit-identical numbers on both.
 //
 // Invariants: without a CUDA device (no GPU, a build without CUDA, or the emulator told
-// HEED_CUDA_EMULATION_DEVICES=0) every case returns at once and the file prints one message
-// saying why; nothing fails. With the CPU emulator of kernels/cuda/emulation the file runs in
+// HEED_CUDA_EMULATION_DEVICES=0) every case records a skip and returns at once; the file prints
+// one message saying why and ctest reports it as skipped (exit code 77), never as passed. With the CPU emulator of kernels/cuda/emulation the file runs in
 // well under three minutes on one core, so sizes are small but never multiples of the
 // kernels' block sizes.
 #include <doctest/doctest.h>
@@ -22,20 +22,19 @@
 #include <string>
 #include <vector>
 
+#include "test_skip.h"
+
 using namespace heed;
 
 namespace {
 
-// True when a CUDA device answers. The first call without one prints the single skip
-// message of this file; every case starts with `if (!cuda_ready()) return;`.
+// True when a CUDA device answers; otherwise the running case is recorded as skipped (see
+// tests/test_skip.h): every case starts with `if (!cuda_ready()) return;`, so without a device
+// the whole file reports itself to ctest as skipped, not passed.
 bool cuda_ready() {
   static const bool available = cuda::is_available();
-  static bool told = false;
-  if (!available && !told) {
-    told = true;
-    MESSAGE("test_cuda: skipped, no CUDA device (" << cuda::unavailable_reason()
-                                                   << "): every CUDA-vs-CPU case returns without checking");
-  }
+  if (!available)
+    heed::test::skip("test_cuda: no CUDA device (" + cuda::unavailable_reason() + "): every CUDA-vs-CPU case skipped");
   return available;
 }
 

@@ -24,15 +24,35 @@ cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DHEED_C
 cmake --build "$build_dir" -j "$jobs" --target heed_tests
 built=$(date +%s)
 
-# OMP_NUM_THREADS=2 as every registered test; the emulator itself runs on one thread.
-ctest --test-dir "$build_dir" --output-on-failure -R '^test_cuda$'
+# OMP_NUM_THREADS=2 as every registered test; the emulator itself runs on one thread. Every
+# case must run (a skip here means the emulated device was not found: a failure of this job),
+# and the assertion count must reach a floor, so a suite that silently stopped checking fails.
+OMP_NUM_THREADS=2 "$build_dir/tests/heed_tests" --source-file='*test_cuda.cpp' --no-intro=true \
+  | tee "$build_dir/test_cuda.log"
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] || { echo "ci_cuda_emulation: test_cuda failed (exit $status)" >&2; exit 1; }
+if grep -q "SKIPPED" "$build_dir/test_cuda.log"; then
+  echo "ci_cuda_emulation: CUDA cases skipped under the emulator" >&2
+  exit 1
+fi
+assertions=$(grep -oE 'assertions: *[0-9]+' "$build_dir/test_cuda.log" | grep -oE '[0-9]+' | head -1)
+min_assertions=${MIN_CUDA_ASSERTIONS:-MIN_TBD}
+echo "ci_cuda_emulation: $assertions assertions (floor $min_assertions)"
+[ "${assertions:-0}" -ge "$min_assertions" ] || {
+  echo "ci_cuda_emulation: only ${assertions:-0} assertions ran, fewer than the floor $min_assertions" >&2
+  exit 1
+}
 done_at=$(date +%s)
 
-# The skip path: the emulator reporting no device must make every case skip, not fail.
+# The skip path: the emulator reporting no device must make the file skip (exit code 77, which
+# ctest reports as skipped), never pass or fail.
+set +e
 HEED_CUDA_EMULATION_DEVICES=0 "$build_dir/tests/heed_tests" --source-file='*test_cuda.cpp' --no-intro=true \
   | tee "$build_dir/test_cuda_skip.log"
-grep -q "test_cuda: skipped" "$build_dir/test_cuda_skip.log" || {
-  echo "ci_cuda_emulation: with HEED_CUDA_EMULATION_DEVICES=0 the suite did not report its skip" >&2
+status=${PIPESTATUS[0]}
+set -e
+[ "$status" -eq 77 ] && grep -q "SKIPPED: test_cuda: no CUDA device" "$build_dir/test_cuda_skip.log" || {
+  echo "ci_cuda_emulation: with HEED_CUDA_EMULATION_DEVICES=0 the suite did not report itself skipped (exit $status)" >&2
   exit 1
 }
 end=$(date +%s)
