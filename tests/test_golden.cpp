@@ -13,6 +13,10 @@
 //  * Known, documented differences (asserted, not hidden): PyTorch gives NaN for a query row
 //    whose keys are all masked, heed zeros (output and gradient); PyTorch's is_causal is
 //    top-left aligned, heed's causal mask bottom-right (the file uses an explicit mask there).
+//  * Mirrored on purpose in the script (heed's definitions, not differences): heed's sinusoidal
+//    table is computed in double and stored as float32 even in a float64 model; the lr of step
+//    s is WarmupCosineLR::get_lr(s) (0 at step 0). The golden AdamW run uses eps 1e-6: the key
+//    bias has an exactly-zero gradient whose roundoff AdamW would amplify by lr / eps.
 //  * The safetensors interop case checks values of every dtype torch wrote, heed's float16 /
 //    bfloat16 rounding against torch's, and that heed re-serializes torch's file byte for byte.
 //    It also compares tests/golden/heed_written.safetensors with what heed writes now; set
