@@ -238,6 +238,45 @@ TEST_CASE("safetensors loader: header variants other writers produce are accepte
   CHECK(file.get("y").item<float>() == 2.0f);
 }
 
+TEST_CASE("safetensors loader: empty tensors on tile boundaries and files without data are accepted") {
+  // Empty tensors at the start, between two tensors (either header order) and at the end.
+  const std::string data(8, '\0');
+  for (const std::string& header : {std::string(R"({"e0":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+                                                R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                                                R"("e4":{"dtype":"I64","shape":[0,2],"data_offsets":[4,4]},)"
+                                                R"("e8":{"dtype":"F64","shape":[3,0],"data_offsets":[8,8]}})"),
+                                    std::string(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                                R"("e4":{"dtype":"I64","shape":[0],"data_offsets":[4,4]},)"
+                                                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})")}) {
+    CAPTURE(header);
+    const std::string bytes = assemble(header, data);
+    const io::SafetensorsFile file =
+        io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "mem");
+    CHECK(file.get("b").numel() == 1);
+    CHECK(file.get("e4").numel() == 0);
+  }
+  const std::string no_data = assemble(R"({"__metadata__":{"k":"v"}})", "");
+  CHECK(io::parse_safetensors(reinterpret_cast<const uint8_t*>(no_data.data()), no_data.size(), "mem").tensors.empty());
+}
+
+TEST_CASE("safetensors loader: every file of the fuzz seed corpus still parses") {
+  // fuzz/corpus/{safetensors,checkpoint} hold files heed itself wrote (checkpoints are
+  // safetensors files too): the tiling checks must accept all of them.
+  size_t parsed = 0;
+  for (const char* folder : {"safetensors", "checkpoint"}) {
+    const fs::path root = fs::path(HEED_SOURCE_DIR) / "fuzz" / "corpus" / folder;
+    REQUIRE(fs::is_directory(root));
+    for (const auto& entry : fs::directory_iterator(root)) {
+      if (!entry.is_regular_file()) continue;
+      CAPTURE(entry.path().string());
+      CHECK_NOTHROW(io::load_safetensors(entry.path().string()));
+      ++parsed;
+    }
+  }
+  CHECK(parsed >= 8);
+}
+
 TEST_CASE("safetensors loader: BOOL bytes other than 0/1 read as true") {
   const std::string bytes =
       assemble(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x00\x02\xff", 3));
@@ -351,6 +390,24 @@ TEST_CASE("safetensors loader rejects corrupted files with a precise heed::Error
                    header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
                                R"("b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]}})"),
                    "overlapping");
+  }
+  SUBCASE("holes and trailing bytes: the data_offsets must tile the data section") {
+    // A gap between two tensors, before the first one, and bytes after the last one.
+    check_rejected(dir,
+                   header_only(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})"),
+                   "bytes [4, 8) of the data section, between tensors 'a' and 'b', belong to no tensor");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})"),
+                   "bytes [0, 8) of the data section, before tensor 'a', belong to no tensor");
+    check_rejected(dir, header_only(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
+                   "the data section holds 16 bytes but the tensors end at byte 8: 8 trailing bytes");
+    check_rejected(dir, good + "x", "17 bytes but the tensors end at byte 16: 1 trailing bytes");
+    check_rejected(dir, header_only(R"({"__metadata__":{"k":"v"}})", 3), "3 trailing bytes belong to no tensor");
+    // An empty tensor inside another tensor's bytes.
+    check_rejected(dir,
+                   header_only(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                               R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})"),
+                   "empty tensor 'e' at data offset 4 lies inside the bytes of tensor 'a' [0, 16]");
   }
   SUBCASE("metadata values must be strings") {
     check_rejected(dir, header_only(R"({"__metadata__":{"k":1}})"), "must be a string");

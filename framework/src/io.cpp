@@ -2,8 +2,9 @@
 //
 // Invariants: the reader checks every number of the header before using it (header length
 // against the file and a cap, dtype, shape, offsets against the data size, byte counts
-// against shape x element size with overflow checks, ranges disjoint) and only then reads
-// tensor bytes, each range inside the data section; writes go through write_file_atomic.
+// against shape x element size with overflow checks, ranges disjoint and tiling the data
+// section exactly: no holes, no trailing bytes) and only then reads tensor bytes, each range
+// inside the data section; writes go through write_file_atomic.
 #include "heed/io.h"
 
 #include <fcntl.h>
@@ -561,6 +562,38 @@ ParsedHeader parse_header(std::string_view text, uint64_t data_size, const std::
              previous->begin, previous->end, entry.name, entry.begin, entry.end);
     previous = &entry;
   }
+  // The data_offsets must tile the data section exactly, as the format (and its reference
+  // reader) demands: in data order the first non-empty tensor starts at 0, each one starts
+  // where the previous one ends, the last one ends at the end of the data section, and an
+  // empty tensor sits on such a boundary, never inside another tensor's bytes.
+  uint64_t covered = 0;  // bytes [0, covered) belong to the tensors seen so far
+  previous = nullptr;
+  for (const HeaderEntry& entry : header.entries) {
+    if (entry.begin == entry.end) {
+      if (previous && previous->begin < entry.begin && entry.begin < previous->end)
+        reject(source, "empty tensor '{}' at data offset {} lies inside the bytes of tensor '{}' [{}, {}]", entry.name,
+               entry.begin, previous->name, previous->begin, previous->end);
+      continue;
+    }
+    if (entry.begin != covered) {
+      if (previous)
+        reject(source,
+               "bytes [{}, {}) of the data section, between tensors '{}' and '{}', belong to no tensor (a hole: "
+               "safetensors data_offsets must tile the data section)",
+               covered, entry.begin, previous->name, entry.name);
+      reject(source,
+             "bytes [0, {}) of the data section, before tensor '{}', belong to no tensor (a hole: safetensors "
+             "data_offsets must tile the data section)",
+             entry.begin, entry.name);
+    }
+    covered = entry.end;
+    previous = &entry;
+  }
+  if (covered != data_size)
+    reject(source,
+           "the data section holds {} bytes but the tensors end at byte {}: {} trailing bytes belong to no tensor "
+           "(safetensors data_offsets must tile the data section)",
+           data_size, covered, data_size - covered);
   return header;
 }
 
