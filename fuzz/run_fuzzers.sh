@@ -10,11 +10,11 @@
 # run at once.
 #
 # Two modes:
-#   reproducible (CI): FUZZ_SEED=N (a number) and FUZZ_RUNS=M (or FUZZ_RUNS_<target>=M for one
-#     target): each target executes exactly M inputs from libFuzzer's seed N over the committed
-#     corpus, so the same code gives the same inputs and the same verdict on every run. SECONDS
-#     is only a safety cap (a machine too slow to finish M runs in time stops early, covering a
-#     prefix of the same inputs).
+#   fixed (CI): FUZZ_SEED=N (a number) and FUZZ_RUNS=M (or FUZZ_RUNS_<target>=M for one target):
+#     each target executes M inputs from libFuzzer's seed N over the committed corpus and
+#     regressions. Seed, corpus and budget never change between runs (libFuzzer's coverage
+#     feedback is not bit-identical run to run, so the later mutations drift a little; any
+#     finding is still a real bug with its input kept). SECONDS is only a safety cap.
 #   exploration (by hand, fuzz/explore.sh): FUZZ_SEED unset or "random" and no FUZZ_RUNS:
 #     libFuzzer picks a new seed each run and fuzzes for SECONDS per target; whatever it finds
 #     is minimised and committed as a regression, which the reproducible mode then replays.
