@@ -259,6 +259,14 @@ TEST_CASE("gradcheck: detects a backward that is off by a factor and reports the
 
   // Even a 1% error is far above the tolerances.
   CHECK_FALSE(gradcheck(fn(1.01), {x}).passed);
+
+  // A 0.1% error: PyTorch's default tolerances (atol 1e-5, rtol 1e-3) accept it; the
+  // tolerance every registered case is held to (op_cases::kCaseTolerance) does not, and the
+  // correct backward still passes it.
+  CHECK(gradcheck(fn(1.001), {x}, GradcheckOptions{.eps = 1e-6, .atol = 1e-5, .rtol = 1e-3}).passed);
+  CHECK_FALSE(gradcheck(fn(1.001), {x}, op_cases::kCaseTolerance).passed);
+  CHECK_FALSE(gradcheck(fn(1.0001), {x}, op_cases::kCaseTolerance).passed);
+  CHECK(gradcheck(fn(1.0), {x}, op_cases::kCaseTolerance).passed);
 }
 
 TEST_CASE("gradcheck: reports which input has the wrong gradient") {

@@ -145,11 +145,13 @@ int run_cases(const std::vector<const OpCase*>& cases, const Options& options) {
                                       {"inputs", nlohmann::ordered_json::array()},
                                       {"max_abs_error", number_or_null(r.max_abs_error)},
                                       {"max_rel_error", number_or_null(r.max_rel_error)},
+                                      {"atol", c->options.atol},
+                                      {"rtol", c->options.rtol},
                                       {"passed", r.passed}};
       for (const auto& spec : c->inputs) entry["inputs"].push_back(spec.describe());
       if (!c->custom_inputs_description.empty()) entry["inputs"].push_back(c->custom_inputs_description);
-      if (!r.passed) {
-        entry["message"] = r.message;
+      if (!r.passed) entry["message"] = r.message;
+      {  // the worst Jacobian entry of every case, passed or not
         entry["worst"] = {{"input", r.worst_input},
                           {"input_element", r.worst_input_element},
                           {"output_element", r.worst_output_element},

@@ -695,10 +695,10 @@ void add_shape_cases(OpCaseRegistry& r) {
          }});
   r.add({"clone", "clone()", {S::uniform({3, 4})}, [](In x) { return x[0].clone() * 2.0; }});
   r.add({"to_dtype_roundtrip",
-         "to(float32) and back to float64 (large eps: float32 rounding)",
+         "to(float32) and back to float64 (large eps and atol 1e-6: float32 rounding)",
          {S::uniform({3, 4})},
          [](In x) { return x[0].to(kFloat32).to(kFloat64); },
-         GradcheckOptions{.eps = 0.05}});
+         GradcheckOptions{.eps = 0.05, .atol = 1e-6, .rtol = 1e-5}});
   r.add({"tril", "lower triangle", {S::uniform({4, 4})}, [](In x) { return tril(x[0]); }});
   r.add({"tril_diagonal", "tril(x, 1) of a (3, 5) input", {S::uniform({3, 5})}, [](In x) { return tril(x[0], 1); }});
   r.add({"triu", "upper triangle", {S::uniform({4, 4})}, [](In x) { return triu(x[0]); }});

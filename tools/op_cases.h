@@ -77,12 +77,18 @@ struct InputSpec {
   std::string describe() const;  // e.g. "f64[3, 4]^T", "i64[5]", "bool[2, 3]"
 };
 
+// The tolerance every case is held to unless it says otherwise: |analytic - numeric| <=
+// atol + rtol * |numeric| in float64. The cases reach about 3e-9 at worst (heed-gradcheck
+// --json lists each case's worst error), so this leaves a 30x margin while catching a backward
+// that is wrong by 0.1% (PyTorch's defaults, atol 1e-5 / rtol 1e-3, would accept that).
+inline constexpr GradcheckOptions kCaseTolerance{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-5};
+
 struct OpCase {
   std::string name;         // unique, e.g. "matmul_batched_broadcast"
   std::string description;  // one line
   std::vector<InputSpec> inputs;
   GradcheckFn fn;  // returns a float64 tensor
-  GradcheckOptions options{};
+  GradcheckOptions options = kCaseTolerance;
   // Optional (layer cases): makes the inputs itself from a seed: the data inputs described by
   // `inputs`, followed by the parameters of a freshly built float64 module that `fn` runs.
   std::function<std::vector<Tensor>(uint64_t seed)> custom_inputs{};
