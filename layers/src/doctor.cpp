@@ -231,8 +231,8 @@ Report run_checks(const Subject& s) {
     int uniform = 0, one_hot = 0;
     double entropy = 0, uniform_entropy = 0, ratio = 0;
     for (const auto& h : heads) {
-      const double normalized = h.uniform_entropy > 0 ? h.entropy / h.uniform_entropy : 1.0;
-      uniform += normalized > 0.97 && h.max_mean_ratio < 1.25;
+      if (h.rows == 0) continue;  // no row with two visible keys: nothing to judge
+      uniform += h.normalized_entropy > 0.97 && h.max_mean_ratio < 1.25;
       one_hot += h.max_weight > 0.995;
       entropy += h.entropy;
       uniform_entropy += h.uniform_entropy;
@@ -244,9 +244,9 @@ Report run_checks(const Subject& s) {
          fmt::format("{} nats (uniform {}), {} of {} heads uniform, {} one-hot", num(entropy / n),
                      num(uniform_entropy / n), uniform, heads.size(), one_hot),
          "between one-hot (0) and uniform (log L)",
-         uniform == static_cast<int>(heads.size())                    ? Verdict::Fail
-         : (uniform > 0 || one_hot == static_cast<int>(heads.size())) ? Verdict::Warn
-                                                                      : Verdict::Ok,
+         2 * uniform > static_cast<int>(heads.size()) || 2 * one_hot > static_cast<int>(heads.size()) ? Verdict::Fail
+         : (uniform > 0 || one_hot > 0)                                                                ? Verdict::Warn
+                                                                                                       : Verdict::Ok,
          uniform > 0 ? "uniform attention (weights ~ 1/L): check the Q/K initialisation (Xavier), the scale (d_k not "
                        "d_model), the embedding norm, add LayerNorm (seed 001 sec. 5.1, seed 003 sec. 8.1)"
                      : "one-hot attention (softmax saturated): apply the 1/sqrt(d_k) scale, add a temperature, check "
