@@ -172,6 +172,14 @@ std::vector<RootCause> Report::root_causes() const {
     it->verdict = std::max(it->verdict, f.verdict);
     if (std::find(it->where.begin(), it->where.end(), f.where) == it->where.end()) it->where.push_back(f.where);
   }
+  // Name the places that gave the cause its verdict (the failing layers, not the warning heads).
+  for (RootCause& c : causes) {
+    c.where.clear();
+    for (const Finding& f : findings)
+      if (f.cause == c.cause && f.verdict == c.verdict &&
+          std::find(c.where.begin(), c.where.end(), f.where) == c.where.end())
+        c.where.push_back(f.where);
+  }
   auto rank = [](const RootCause& c) {
     const CauseInfo* info = cause_info(c.cause);
     return info ? info->rank : 99;
