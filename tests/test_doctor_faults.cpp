@@ -50,14 +50,15 @@ class TinyLM : public nn::Module {
   Tensor forward(const Tensor& tokens, const Tensor& padding, std::vector<nn::KVCache>* caches = nullptr) const {
     const int64_t T = tokens.size(1);
     int64_t offset = caches ? (*caches)[0].length() : 0;
-    if (caches && faults.cache_off_by_one && offset > 0) offset += 1;  // the planted off-by-one
+    if (caches && faults.cache_off_by_one && offset > 0) offset += 1;    // the planted off-by-one
     Tensor x = embed->forward(tokens) + positions.narrow(0, offset, T);  // (B,T,C)
     F::AttentionMask mask;
     mask.causal = faults.causal;
     if (faults.mask_padding) mask.key_padding = padding.narrow(1, 0, (caches ? (*caches)[0].length() : 0) + T);
     for (int64_t l = 0; l < kLayers; ++l) {
       nn::KVCache* cache = caches ? &(*caches)[static_cast<size_t>(l)] : nullptr;
-      x = x + attention[static_cast<size_t>(l)]->forward(norms[static_cast<size_t>(l)]->forward(x), mask, false, cache)
+      x = x + attention[static_cast<size_t>(l)]
+                  ->forward(norms[static_cast<size_t>(l)]->forward(x), mask, false, cache)
                   .output;
       x = x + mlps[static_cast<size_t>(l)]->forward(mlp_norms[static_cast<size_t>(l)]->forward(x));
       if (faults.dropout_in_eval) x = F::dropout(x, 0.2, /*training=*/true);
@@ -82,9 +83,9 @@ struct Batch {
 // Left-padded sequences of random length; the target at t is the token kBack steps back.
 Batch make_batch(int64_t size) {
   Batch b;
-  const Tensor lengths = randint(kLength - 5, kLength + 1, {size});  // (B)
+  const Tensor lengths = randint(kLength - 5, kLength + 1, {size});                                  // (B)
   const Tensor position = arange(static_cast<double>(kLength), TensorOptions(kInt64)).unsqueeze(0);  // (1,T)
-  b.padding = lt(position, rsub_scalar(lengths.unsqueeze(1), static_cast<double>(kLength)));          // (B,T)
+  b.padding = lt(position, rsub_scalar(lengths.unsqueeze(1), static_cast<double>(kLength)));         // (B,T)
   b.tokens = masked_fill(randint(1, kVocab, {size, kLength}), b.padding, static_cast<double>(kPad));
   Tensor targets = full({size, kLength}, static_cast<double>(kPad), TensorOptions(kInt64));
   targets.narrow(1, kBack, kLength - kBack).copy_(b.tokens.narrow(1, 0, kLength - kBack));
@@ -261,8 +262,8 @@ TEST_CASE("doctor on a user model: one head's gradient explodes, NaN in an atten
     check_fails_with(r, "head_gradient");
     bool named_head = false;
     for (const auto& f : r.findings)
-      named_head = named_head || (f.cause == "head_gradient" && f.verdict == doctor::Verdict::Fail &&
-                                  f.where == "attn0 head 2");
+      named_head =
+          named_head || (f.cause == "head_gradient" && f.verdict == doctor::Verdict::Fail && f.where == "attn0 head 2");
     CHECK(named_head);
   }
   SUBCASE("a NaN in the queries of one head") {

@@ -98,8 +98,8 @@ TEST_CASE("attention statistics take the causal mask from F::attention_keep_mask
   // A (1, 1, 3, 3) causal softmax of zero scores: rows see 1, 2 and 3 keys, each uniform.
   F::AttentionMask mask;
   mask.causal = true;
-  const F::AttentionResult r = F::scaled_dot_product_attention_with_weights(
-      zeros({1, 1, 3, 4}), zeros({1, 1, 3, 4}), zeros({1, 1, 3, 4}), mask);
+  const F::AttentionResult r =
+      F::scaled_dot_product_attention_with_weights(zeros({1, 1, 3, 4}), zeros({1, 1, 3, 4}), zeros({1, 1, 3, 4}), mask);
   const Tensor keep = F::attention_keep_mask(mask, r.weights.shape(), kCPU);
   const auto s = diagnostics::attention_head_stats(r.weights, keep)[0];
   CHECK(s.rows == 2);

@@ -20,7 +20,7 @@ class CopyModel : public nn::Module {
                                        nn::MultiHeadAttentionOptions{.d_model = d_model, .heads = heads}));
     head = register_module("head", std::make_shared<nn::Linear>(d_model, vocab));
   }
-  Tensor forward(const Tensor& tokens) const {  // (B,T) -> (B,T,V)
+  Tensor forward(const Tensor& tokens) const {                                   // (B,T) -> (B,T,V)
     Tensor x = embed->forward(tokens) + positions.narrow(0, 0, tokens.size(1));  // (B,T,C)
     F::AttentionMask causal;
     causal.causal = true;

@@ -70,8 +70,8 @@ std::vector<HeadStats> attention_head_stats(const Tensor& weights, const Tensor&
       }
     if (s.rows > 0) {
       const double n = static_cast<double>(s.rows);
-      for (double* field : {&s.entropy, &s.uniform_entropy, &s.normalized_entropy, &s.max_weight, &s.max_mean_ratio,
-                            &s.top_k_mass})
+      for (double* field :
+           {&s.entropy, &s.uniform_entropy, &s.normalized_entropy, &s.max_weight, &s.max_mean_ratio, &s.top_k_mass})
         *field /= n;
     }
   }

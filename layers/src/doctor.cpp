@@ -88,7 +88,8 @@ constexpr CauseInfo kCauses[] = {
      "and add LayerNorm",
      "seed 001 sec. 5.1-5.2"},
     {"score_range", 6, "the spread of the scaled scores explains the attention's sharpness",
-     "the scaled score spread is tau * |q| |k| cos(q, k): see the key norms and the q-k angle", "seed 001 sec. 5.1-5.2"},
+     "the scaled score spread is tau * |q| |k| cos(q, k): see the key norms and the q-k angle",
+     "seed 001 sec. 5.1-5.2"},
     {"learned_scale", 6, "a learned scale is far from 1/sqrt(d_k)",
      "check the learning rate and initialisation of the scale parameters", "seed 000 sec. 5"},
     {"fp16_overflow", 6, "scores could overflow in fp16",
@@ -423,8 +424,7 @@ QKVWeights qkv_weights(const nn::MultiHeadAttention& m) {
   const bool shared = m.options().shared_kv;
   switch (m.options().layout) {
     case nn::ProjectionLayout::Separate:
-      return {m.q_proj->weight, shared ? m.kv_proj->weight : m.k_proj->weight, shared ? Tensor() : m.v_proj->weight,
-              C};
+      return {m.q_proj->weight, shared ? m.kv_proj->weight : m.k_proj->weight, shared ? Tensor() : m.v_proj->weight, C};
     case nn::ProjectionLayout::FusedQKV:
       return {m.qkv_proj->weight.narrow(0, 0, C), m.qkv_proj->weight.narrow(0, C, C),
               shared ? Tensor() : m.qkv_proj->weight.narrow(0, 2 * C, C), C};
@@ -523,8 +523,7 @@ void check_recorded_attention(const std::string& name, nn::MultiHeadAttention& m
       bad_rows += heads[static_cast<size_t>(h)].nonfinite_rows;
     }
   add(r, "NaN/Inf in attention weights", bad_heads.empty() ? name : fmt::format("{} head {}", name, bad_heads[0]),
-      bad_heads.empty() ? "finite"
-                        : fmt::format("{} rows in head(s) {}", bad_rows, fmt::join(bad_heads, ", ")),
+      bad_heads.empty() ? "finite" : fmt::format("{} rows in head(s) {}", bad_rows, fmt::join(bad_heads, ", ")),
       "finite", bad_heads.empty() ? Verdict::Ok : Verdict::Fail, "nan_attention");
 
   // Sharpness per head: entropy, normalised entropy, max/mean and top-3 mass from the same
@@ -542,12 +541,12 @@ void check_recorded_attention(const std::string& name, nn::MultiHeadAttention& m
         fmt::format("entropy {} nats ({} of uniform {}), max/mean {}:1, top-3 mass {}", num(s.entropy),
                     num(s.normalized_entropy), num(s.uniform_entropy), num(s.max_mean_ratio), num(s.top_k_mass)),
         "between one-hot (0) and uniform (1)", is_one_hot || is_uniform ? Verdict::Warn : Verdict::Ok,
-        is_one_hot ? "saturated_softmax" : is_uniform ? "uniform_attention" : "");
+        is_one_hot   ? "saturated_softmax"
+        : is_uniform ? "uniform_attention"
+                     : "");
   }
   // A layer fails when most of its heads are one-hot (or uniform), warns when some are.
-  auto layer_verdict = [&](int n) {
-    return 2 * n > counted ? Verdict::Fail : n > 0 ? Verdict::Warn : Verdict::Ok;
-  };
+  auto layer_verdict = [&](int n) { return 2 * n > counted ? Verdict::Fail : n > 0 ? Verdict::Warn : Verdict::Ok; };
   add(r, "one-hot attention", name, fmt::format("{} of {} heads one-hot", one_hot, counted),
       "at most a minority of heads", layer_verdict(one_hot), "saturated_softmax");
   add(r, "uniform attention", name, fmt::format("{} of {} heads uniform", uniform, counted),
@@ -563,7 +562,7 @@ void check_recorded_attention(const std::string& name, nn::MultiHeadAttention& m
     return;
   }
   NoGradGuard no_grad;
-  const Tensor q = m.project_query(query_in);                 // (B,H,T,dh)
+  const Tensor q = m.project_query(query_in);                  // (B,H,T,dh)
   const Tensor k = m.project_key_value(key_in, key_in).first;  // (B,H,S,dh)
   const nn::AttentionScaling::Scaled scaled = m.scaling->apply(q, k);
   const Tensor scores = matmul(scaled.q.to(kFloat64), scaled.k.to(kFloat64).transpose(-1, -2));  // (B,H,T,S)
@@ -622,14 +621,19 @@ void check_recorded_attention(const std::string& name, nn::MultiHeadAttention& m
     const Tensor applied = mul_scalar(scores, tau);
     const double spread = std::sqrt(mean(var(applied, {-1}, false, 0.0)).item<double>());
     const bool sharp = one_hot > 0, flat = uniform > 0;
-    std::string reading =
-        fmt::format("score std {}, |q| {}, |k| {}, cos(q,k) {}, input rms {}", num(spread), num(mean(q_norm).item<double>()),
-                    num(mean(k_norm).item<double>()), num(mean(cosine).item<double>()), num(input_rms));
-    if (flat && input_rms < 1e-2) reading += ": the inputs (embeddings) vanish";
-    else if (flat && mean(k_norm).item<double>() < 1e-3) reading += ": the keys vanish";
-    else if (flat) reading += ": the scores barely vary";
-    else if (sharp && std::fabs(mean(cosine).item<double>()) > 0.9) reading += ": q and k nearly parallel";
-    else if (sharp) reading += ": large q/k norms saturate the softmax";
+    std::string reading = fmt::format("score std {}, |q| {}, |k| {}, cos(q,k) {}, input rms {}", num(spread),
+                                      num(mean(q_norm).item<double>()), num(mean(k_norm).item<double>()),
+                                      num(mean(cosine).item<double>()), num(input_rms));
+    if (flat && input_rms < 1e-2)
+      reading += ": the inputs (embeddings) vanish";
+    else if (flat && mean(k_norm).item<double>() < 1e-3)
+      reading += ": the keys vanish";
+    else if (flat)
+      reading += ": the scores barely vary";
+    else if (sharp && std::fabs(mean(cosine).item<double>()) > 0.9)
+      reading += ": q and k nearly parallel";
+    else if (sharp)
+      reading += ": large q/k norms saturate the softmax";
     add(r, "scores and norms", name, reading, "score std 0.3 .. 10", sharp || flat ? Verdict::Info : Verdict::Ok,
         "score_range");
   }
@@ -650,8 +654,8 @@ void check_recorded_attention(const std::string& name, nn::MultiHeadAttention& m
 // Static checks of one attention module: head size, initialisation range, Q/K symmetry.
 void check_attention_parameters(const std::string& name, const nn::MultiHeadAttention& m, Report* r) {
   const int64_t dh = m.d_head(), C = m.options().d_model;
-  add(r, "head dimension", name, fmt::format("d_head = {}", dh), ">= 64",
-      dh < 64 ? Verdict::Info : Verdict::Ok, "small_head_dim");
+  add(r, "head dimension", name, fmt::format("d_head = {}", dh), ">= 64", dh < 64 ? Verdict::Info : Verdict::Ok,
+      "small_head_dim");
 
   const QKVWeights w = qkv_weights(m);
   NoGradGuard no_grad;
@@ -788,8 +792,8 @@ void check_padding(const Subject& s, Report* r) {
   const Tensor diff = abs(before.to(kFloat64) - after.to(kFloat64)) * real.reshape(shape).to(kFloat64);
   const double leak = max(diff).item<double>();
   add(r, "padding mask", "model",
-      fmt::format("real outputs move by {} when {} layers' padded keys change", num(leak), perturbed_layers),
-      "< 1e-4", leak < 1e-4 ? Verdict::Ok : Verdict::Fail, "padding_mask");
+      fmt::format("real outputs move by {} when {} layers' padded keys change", num(leak), perturbed_layers), "< 1e-4",
+      leak < 1e-4 ? Verdict::Ok : Verdict::Fail, "padding_mask");
 }
 
 }  // namespace
