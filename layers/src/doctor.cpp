@@ -673,13 +673,13 @@ void check_attention_parameters(const std::string& name, const nn::MultiHeadAtte
       worst_name = label;
     }
   }
-  add(r, "Q/K/V initialisation range", name, fmt::format("std / Xavier std: {}", fmt::join(parts, ", ")),
+  add(r, "Q/K/V initialisation range", name,
+      fmt::format("std / Xavier std: {} (furthest: {})", fmt::join(parts, ", "), worst_name),
       "0.1x .. 3x (small-gain Q/K allowed)",
       worst > 8.0 || worst < 0.01  ? Verdict::Fail
       : worst > 3.0 || worst < 0.1 ? Verdict::Warn
                                    : Verdict::Ok,
       "init_range");
-  (void)worst_name;
 
   const Tensor a = w.q.detach().to(kFloat64).flatten(), b = w.k.detach().to(kFloat64).flatten();
   const double cosine =
