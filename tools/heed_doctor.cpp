@@ -1,11 +1,14 @@
 // tools/heed_doctor.cpp — heed-doctor: the documents' attention troubleshooting checks.
 //
-//   heed-doctor check CHECKPOINT [--json] [--batch N]   checks a trained translate/charlm model
-//                                                        on a batch of its own data
+//   heed-doctor check CHECKPOINT [--json] [--verbose] [--batch N]   checks a trained translate/charlm
+//                                                                    model on a batch of its own data
 //   heed-doctor probe [--dk 16,64,256] [--seed 0]        seed 000 sec. 10's recipe on random Q, K
 //
-// Exit status: 0 all checks pass (warnings allowed), 1 a check fails or a runtime error
-// (unreadable or wrong-kind checkpoint), 2 bad arguments.
+// The report starts with the overall verdict and the most likely root causes (with the
+// documents' fix and section), then the table (healthy rows collapsed unless --verbose;
+// --json keeps every row). The checks themselves live in heed/doctor.h.
+// Exit status: 0 healthy or warnings only, 1 a check fails or a runtime error (unreadable or
+// wrong-kind checkpoint), 2 bad arguments.
 #include <heed/doctor.h>
 #include <heed/heed.h>
 
@@ -24,7 +27,7 @@ namespace {
 struct CheckOptions {
   std::string checkpoint, data;
   int64_t batch = 8;
-  bool json = false;
+  bool json = false, verbose = false;
 };
 
 int check(const CheckOptions& o) {
@@ -90,8 +93,8 @@ int check(const CheckOptions& o) {
     j["model"] = kind;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("heed-doctor: %s (%s model), batch of %lld\n\n%s", o.checkpoint.c_str(), kind.c_str(),
-                static_cast<long long>(o.batch), report.table().c_str());
+    std::printf("heed-doctor: %s (%s model), batch of %lld\n%s", o.checkpoint.c_str(), kind.c_str(),
+                static_cast<long long>(o.batch), report.text(o.verbose).c_str());
   }
   return report.failed() ? 1 : 0;
 }
@@ -176,11 +179,12 @@ int probe(const ProbeOptions& o) {
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: heed-doctor check CHECKPOINT [--json] [--batch N] [--data PATH]\n"
+               "usage: heed-doctor check CHECKPOINT [--json] [--verbose] [--batch N] [--data PATH]\n"
                "       heed-doctor probe [--dk 16,64,256] [--seed 0] [--queries 64] [--keys 128] [--svg-dir DIR] "
                "[--json]\n\n"
                "check: runs the attention troubleshooting checks of the documents on a trained translate or charlm\n"
-               "       checkpoint and a batch of its data; one row per check; exit status 1 when a check fails.\n"
+               "       checkpoint and a batch of its data: the verdict and the likely root causes first, then\n"
+               "       the table (--verbose: every row); exit status 1 when a check fails.\n"
                "probe: statistics of unscaled and scaled scores of random Q and K (seed 000 sec. 10).\n");
 }
 
@@ -200,7 +204,8 @@ int main(int argc, char** argv) {
     CheckOptions o;
     cli::ArgParser args("heed-doctor check", "Runs the attention troubleshooting checks on a checkpoint.");
     args.add_positional("CHECKPOINT", &o.checkpoint, "a translate or charlm training checkpoint");
-    args.add_flag("json", &o.json, "print JSON instead of a table");
+    args.add_flag("json", &o.json, "print JSON (every row) instead of the report");
+    args.add_flag("verbose", &o.verbose, "show every row, also the repeated healthy ones");
     args.add_int("batch", &o.batch, "sequences in the probe batch", 1, 4096);
     args.add_string("data", &o.data, "the text a charlm model was trained on (default: from its config)");
     switch (args.parse(argc - 1, argv + 1)) {

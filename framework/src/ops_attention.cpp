@@ -120,7 +120,7 @@ AttentionResult scaled_dot_product_attention_with_weights(const Tensor& q, const
   auto batch_dims = [](const Tensor& t) { return Dims(t.shape().begin(), t.shape().end() - 2); };
   broadcast_shapes(broadcast_shapes(batch_dims(q), batch_dims(k), name), batch_dims(v), name);
   HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}", dropout_p);
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D))) * testing::attention_kernel_scale_fault;
   HEED_CHECK(std::isfinite(s), name, "scale must be finite, got {}", s);
   AttentionMask mask = mask_in;
   mask.causal = mask.causal || is_causal;

@@ -143,7 +143,7 @@ kernels::FlashAttentionArgs base_args(const char* name, DType compute, int64_t B
                                       std::optional<double> scale, bool is_causal) {
   HEED_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, name, "dropout_p must be in [0, 1), got {}", dropout_p);
   HEED_CHECK(mask.window >= -1, name, "window must be >= 0 (or -1 for none), got {}", mask.window);
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D))) * testing::attention_kernel_scale_fault;
   HEED_CHECK(std::isfinite(s), name, "scale must be finite, got {}", s);
   kernels::FlashAttentionArgs args;
   args.dtype = compute;

@@ -343,7 +343,7 @@ F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor
   // packed flash kernel reads q, k, v straight out of the (B,T,3C) projection and returns the
   // merged heads, with no copies in either direction.
   const std::optional<double> constant_scale = scaling->constant_scale();
-  if (self_fused && !cache && !need_weights && !record_weights_ && constant_scale &&
+  if (self_fused && !cache && !need_weights && !record_weights_ && !perturb_key_value_ && constant_scale &&
       F::flash_attention_supported(query, query, query)) {
     F::AttentionMask full_mask = mask;
     if (options_.window >= 0) full_mask.window = options_.window;
@@ -384,6 +384,8 @@ F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor
     }
   }
 
+  if (perturb_key_value_) perturb_key_value_(k, v);
+
   F::AttentionMask full_mask = mask;
   if (options_.window >= 0) full_mask.window = options_.window;
   const AttentionScaling::Scaled s = scaling->apply(q, k);
@@ -394,6 +396,10 @@ F::AttentionResult MultiHeadAttention::forward(const Tensor& query, const Tensor
     if (record_weights_) {
       last_weights_ = r.weights.detach();
       NoGradGuard no_grad;
+      last_keep_ = F::attention_keep_mask(full_mask, r.weights.shape(), r.weights.device(), name);
+      last_additive_ = full_mask.additive.defined() ? full_mask.additive.detach() : Tensor();
+      last_query_input_ = cache ? Tensor() : query.detach();
+      last_key_input_ = cache ? Tensor() : key.detach();
       last_max_abs_score_ = max(abs(matmul(q.detach(), k.detach().transpose(-1, -2)))).item<double>();
     }
     if (!need_weights) r.weights = Tensor();

@@ -1,52 +1,78 @@
 // layers/src/diagnostics.cpp — attention statistics and the training-time monitor.
 #include "heed/diagnostics.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "heed/ops.h"
 
 namespace heed::diagnostics {
 
-std::vector<HeadStats> attention_head_stats(const Tensor& weights) {
+std::vector<HeadStats> attention_head_stats(const Tensor& weights, const Tensor& keep, int64_t top_k) {
   HEED_CHECK(weights.defined() && (weights.dim() == 4 || weights.dim() == 3), "attention_head_stats",
              "expects weights (B, H, T, S) or (B, T, S), got {}",
              weights.defined() ? shape_str(weights.shape()) : "undefined");
-  const Tensor w = weights.dim() == 3 ? weights.unsqueeze(1) : weights;
+  HEED_CHECK(top_k >= 1, "attention_head_stats", "top_k must be at least 1, got {}", top_k);
+  const Tensor w = weights.dim() == 3 ? weights.unsqueeze(1) : weights;  // (B,H,T,S)
   const int64_t B = w.size(0), H = w.size(1), T = w.size(2), S = w.size(3);
   const std::vector<double> v = w.detach().to(kFloat64).contiguous().to_vector<double>();
+  std::vector<uint8_t> visible;  // (B,H,T,S), 1 = the mask lets the query see the key
+  if (keep.defined()) {
+    HEED_CHECK(keep.dtype() == kBool, "attention_head_stats", "the keep mask must be bool, got {}",
+               dtype_name(keep.dtype()));
+    const Tensor k = weights.dim() == 3 && keep.dim() == 3 ? keep.unsqueeze(1) : keep;
+    const Tensor expanded = k.to(kCPU).expand(w.shape()).to(kFloat64).contiguous();  // (B,H,T,S)
+    const std::vector<double> flags = expanded.to_vector<double>();
+    visible.resize(flags.size());
+    for (size_t i = 0; i < flags.size(); ++i) visible[i] = flags[i] != 0.0;
+  }
   std::vector<HeadStats> out(static_cast<size_t>(H));
+  std::vector<double> sorted;
   for (int64_t h = 0; h < H; ++h) {
     HeadStats& s = out[static_cast<size_t>(h)];
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) {
-        const double* row = v.data() + ((b * H + h) * T + t) * S;
-        double total = 0, entropy = 0, largest = 0;
-        int64_t attendable = 0;
+        const size_t offset = static_cast<size_t>(((b * H + h) * T + t) * S);
+        const double* row = v.data() + offset;
+        sorted.clear();
+        bool finite = true;
         for (int64_t j = 0; j < S; ++j) {
-          total += row[j];
-          if (row[j] > 0) {
-            entropy -= row[j] * std::log(row[j]);
-            ++attendable;
-          }
-          largest = std::max(largest, row[j]);
+          if (!visible.empty() && !visible[offset + static_cast<size_t>(j)]) continue;
+          finite = finite && std::isfinite(row[j]);
+          sorted.push_back(row[j]);
         }
-        if (total < 0.5) continue;  // fully masked row
-        // Keys with exactly zero weight were masked (softmax never gives exact zeros otherwise
-        // except by underflow, which then also marks them as not attended).
-        const double keys = static_cast<double>(std::max<int64_t>(attendable, 1));
+        const int64_t keys = static_cast<int64_t>(sorted.size());
+        if (!finite) {
+          ++s.nonfinite_rows;
+          continue;
+        }
+        if (keys < 2) {
+          ++s.trivial_rows;
+          continue;
+        }
+        double entropy = 0;
+        for (double x : sorted)
+          if (x > 0) entropy -= x * std::log(x);  // 0 log 0 = 0: an underflowed weight adds nothing
+        const int64_t k = std::min(top_k, keys);
+        std::partial_sort(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<>());
+        double top = 0;
+        for (int64_t i = 0; i < k; ++i) top += sorted[static_cast<size_t>(i)];
+        const double log_keys = std::log(static_cast<double>(keys));
         s.entropy += entropy;
-        s.uniform_entropy += std::log(keys);
-        s.max_weight += largest;
-        s.max_mean_ratio += largest * keys;
+        s.uniform_entropy += log_keys;
+        s.normalized_entropy += entropy / log_keys;
+        s.max_weight += sorted[0];
+        s.max_mean_ratio += sorted[0] * static_cast<double>(keys);
+        s.top_k_mass += top;
         ++s.rows;
       }
     if (s.rows > 0) {
       const double n = static_cast<double>(s.rows);
-      s.entropy /= n;
-      s.uniform_entropy /= n;
-      s.max_weight /= n;
-      s.max_mean_ratio /= n;
+      for (double* field :
+           {&s.entropy, &s.uniform_entropy, &s.normalized_entropy, &s.max_weight, &s.max_mean_ratio, &s.top_k_mass})
+        *field /= n;
     }
   }
   return out;
@@ -77,7 +103,7 @@ std::vector<AttentionMonitor::LayerStats> AttentionMonitor::attention_stats() co
   std::vector<LayerStats> out;
   for (const auto& [name, m] : modules_) {
     if (!m->last_weights().defined()) continue;
-    out.push_back({name, attention_head_stats(m->last_weights())});
+    out.push_back({name, attention_head_stats(m->last_weights(), m->last_keep())});
   }
   return out;
 }
@@ -98,6 +124,44 @@ std::vector<std::pair<std::string, double>> AttentionMonitor::attention_gradient
   std::vector<std::pair<std::string, double>> out;
   for (const auto& [name, m] : modules_) out.emplace_back(name, grad_norm(m->parameters()));
   return out;
+}
+
+std::vector<double> head_gradient_norms(const nn::MultiHeadAttention& attention) {
+  const int64_t H = attention.options().heads, dh = attention.d_head(), C = attention.options().d_model;
+  std::vector<double> squares(static_cast<size_t>(H), 0.0);
+  // Adds the squared gradient of `rows` rows (dim 0) or columns (dim 1) starting at `first`.
+  auto add = [](double* total, const Tensor& param, int dim, int64_t first, int64_t count) {
+    if (!param.defined() || !param.grad().defined()) return;
+    const Tensor g = param.grad().detach().narrow(dim, first, count).to(kFloat64);
+    *total += sum(g * g).item<double>();
+  };
+  for (int64_t h = 0; h < H; ++h) {
+    double* total = &squares[static_cast<size_t>(h)];
+    const auto& o = attention.options();
+    switch (o.layout) {
+      case nn::ProjectionLayout::Separate:
+        for (const auto* proj : {&attention.q_proj, &attention.k_proj, &attention.v_proj, &attention.kv_proj})
+          if (*proj) {
+            add(total, (*proj)->weight, 0, h * dh, dh);
+            add(total, (*proj)->bias, 0, h * dh, dh);
+          }
+        break;
+      case nn::ProjectionLayout::FusedQKV:
+        for (int64_t part = 0; part < (o.shared_kv ? 2 : 3); ++part) {
+          add(total, attention.qkv_proj->weight, 0, part * C + h * dh, dh);
+          add(total, attention.qkv_proj->bias, 0, part * C + h * dh, dh);
+        }
+        break;
+      case nn::ProjectionLayout::PerHead:
+        for (const auto& [name, p] : attention.heads->at<nn::Module>(static_cast<size_t>(h))->named_parameters())
+          if (p.grad().defined()) *total += sum(p.grad().detach().to(kFloat64).pow(2.0)).item<double>();
+        break;
+    }
+    add(total, attention.out_proj->weight, 1, h * dh, dh);  // the head's columns of W_o
+  }
+  std::vector<double> norms;
+  for (double sq : squares) norms.push_back(std::sqrt(sq));
+  return norms;
 }
 
 std::vector<std::pair<std::string, double>> gradient_norms_by_prefix(const nn::Module& root, int depth) {

@@ -9,6 +9,9 @@
 //  * A query row whose keys are all masked yields zeros and zero (finite) gradients.
 //  * Causal masking is bottom-right aligned: query i sits at absolute position i + S - T, so
 //    a KV cache with S > T keys works unchanged.
+//  * Test-only hook: testing::attention_kernel_scale_fault multiplies the scale inside both
+//    attention kernels (composed and fused); it is 1.0 (no effect) unless a test plants a
+//    kernel-level scale bug for heed-doctor's measured-scale check.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,12 @@
 #include "heed/tensor.h"
 
 namespace heed::F {
+
+namespace testing {
+// Test-only: a factor both attention kernels apply on top of the requested scale, to plant a
+// kernel-level scale bug (tests/test_doctor_faults.cpp). Never set outside tests.
+inline double attention_kernel_scale_fault = 1.0;
+}  // namespace testing
 
 struct AttentionMask {
   bool causal = false;   // query i may attend key j only when j <= i + (S - T)

@@ -10,8 +10,13 @@
 //  * With a KVCache, calling forward on tokens one (or a few) at a time gives the same
 //    outputs as one full forward over the whole sequence (causal masks are bottom-right
 //    aligned, see heed/attention.h).
+//  * Diagnostics (heed-doctor): with set_record_weights(true) a forward keeps its weights, the
+//    mask it applied and, without a cache, its query/key inputs; set_key_value_perturbation
+//    lets the doctor change projected keys and values (the padding-mask check). Both are off
+//    by default and cost one branch each then.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -135,15 +140,28 @@ class MultiHeadAttention : public Module {
   // The largest |q.k| (before any scaling) of the last recorded forward, -1 when none was
   // recorded: the doctor's fp16 overflow check.
   double last_max_abs_score() const { return last_max_abs_score_; }
+  // The "may attend" mask (bool, broadcastable to last_weights(); undefined = every key) of
+  // the last recorded forward: the diagnostics count visible keys from it.
+  const Tensor& last_keep() const { return last_keep_; }
+  // The additive mask of the last recorded forward (undefined when none).
+  const Tensor& last_additive() const { return last_additive_; }
+  // The query and key inputs (B, T, C), (B, S, C) of the last recorded forward without a
+  // cache (undefined otherwise): the doctor recomputes q.k from them.
+  const Tensor& last_query_input() const { return last_query_input_; }
+  const Tensor& last_key_input() const { return last_key_input_; }
+  // Called with the projected keys and values (B, H, S, d_head) of every forward, after the
+  // cache; may replace them. Empty (the default) = nothing happens.
+  using KeyValuePerturbation = std::function<void(Tensor& k, Tensor& v)>;
+  void set_key_value_perturbation(KeyValuePerturbation perturb) { perturb_key_value_ = std::move(perturb); }
+  // (B, L, C) -> per-head (B, H, L, d_head) projections.
+  Tensor project_query(const Tensor& x) const;
+  std::pair<Tensor, Tensor> project_key_value(const Tensor& key, const Tensor& value) const;
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, kv_proj, qkv_proj, out_proj;
   std::shared_ptr<ModuleList> heads;  // PerHead layout: per-head Modules with q/k/v(kv)_proj
   std::shared_ptr<AttentionScaling> scaling;
 
  private:
-  // (B, L, C) -> per-head (B, H, L, d_head) projections.
-  Tensor project_query(const Tensor& x) const;
-  std::pair<Tensor, Tensor> project_key_value(const Tensor& key, const Tensor& value) const;
   Tensor split_heads(const Tensor& x) const;  // (B, L, H*dh) -> (B, H, L, dh)
 
   MultiHeadAttentionOptions options_;
@@ -151,6 +169,8 @@ class MultiHeadAttention : public Module {
   bool record_weights_ = false;
   mutable Tensor last_weights_;
   mutable double last_max_abs_score_ = -1.0;
+  mutable Tensor last_keep_, last_additive_, last_query_input_, last_key_input_;
+  KeyValuePerturbation perturb_key_value_;
 };
 
 // Bahdanau attention (seed 001 sec. 6.1): score(q, k) = v^T tanh(W_q q + W_k k), with
