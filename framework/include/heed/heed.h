@@ -11,6 +11,7 @@
 #include "heed/device.h"        // IWYU pragma: export
 #include "heed/diagnostics.h"   // IWYU pragma: export
 #include "heed/dist.h"          // IWYU pragma: export
+#include "heed/ddp.h"           // IWYU pragma: export
 #include "heed/dtype.h"         // IWYU pragma: export
 #include "heed/error.h"         // IWYU pragma: export
 #include "heed/functional.h"    // IWYU pragma: export
