@@ -10,7 +10,10 @@
 
 #include <heed/heed.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,6 +121,20 @@ std::vector<ChildResult> run_ranks(const std::string& scenario, int world, doubl
   }
   fs::remove_all(store);
   return results;
+}
+
+// A TCP port that was free a moment ago (the kernel's choice for port 0).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 bool exited_ok(const ChildResult& r) { return !r.timed_out && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
@@ -401,17 +418,24 @@ TEST_CASE("dist: a 1-rank group needs no store and its collectives are identitie
   CHECK(dist::chunk_range(7, 3, 0) == std::pair<int64_t, int64_t>{0, 3});
   CHECK(dist::chunk_range(7, 3, 2) == std::pair<int64_t, int64_t>{5, 7});
   CHECK(dist::chunk_range(0, 4, 3) == std::pair<int64_t, int64_t>{0, 0});
+  // Rank 0 of 2 without a store path serves a TCP store and waits for rank 1: bounded.
   options.world_size = 2;
-  CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("store_path"), Error);
+  options.master_port = free_port();
+  options.timeout = std::chrono::milliseconds(300);
+  CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("could not connect within 300 ms"), Error);
   options.backend = "nccl";
   CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("nccl"), Error);
 }
 
-TEST_CASE("dist: every collective, op and dtype against a local computation (2 and 3 ranks, sizes 0, 1, 7, 1001)") {
+TEST_CASE("dist: every collective, op and dtype against a local computation (2 ranks with a file store, 3 with the TCP store; sizes 0, 1, 7, 1001)") {
   if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
   for (int world : {2, 3}) {
     CAPTURE(world);
-    const auto results = run_ranks("collectives", world, 40.0);
+    // 2 ranks meet through the file store, 3 through the TCP store served by rank 0.
+    const std::vector<std::string> env = world == 2 ? std::vector<std::string>{}
+                                                    : std::vector<std::string>{"HEED_STORE_PATH=",
+                                                                               fmt::format("HEED_MASTER_PORT={}", free_port())};
+    const auto results = run_ranks("collectives", world, 40.0, env);
     require_all_ok(results);
     CHECK(results[0].output.find("collectives ok") != std::string::npos);
   }

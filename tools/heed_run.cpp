@@ -4,9 +4,10 @@
 //            --store-path DIR] -- PROGRAM ARGS...
 //
 // Invariants: every rank gets HEED_RANK, HEED_WORLD_SIZE, HEED_LOCAL_RANK, HEED_NODE_RANK,
-// HEED_MASTER_ADDR, HEED_MASTER_PORT and HEED_STORE_PATH (a fresh temporary directory on one
-// machine, removed at the end; --store-path, on a file system every node shares, for
-// several); each line a rank prints is copied to our stdout/stderr prefixed "[rank K] ";
+// HEED_MASTER_ADDR, HEED_MASTER_PORT and, when a file store is used, HEED_STORE_PATH (on one
+// machine a fresh temporary directory, removed at the end; --store-path on a file system every
+// node shares; without it on several machines, rank 0 serves a TCP store on the master port);
+// each line a rank prints is copied to our stdout/stderr prefixed "[rank K] ";
 // SIGINT/SIGTERM are forwarded to every rank; when a rank exits non-zero or is killed, the
 // others get SIGTERM, then SIGKILL after --grace seconds, and heed-run exits with that rank's
 // status (128+signal for a signal) after naming it. Usage errors exit 2.
@@ -102,8 +103,9 @@ int main(int argc, char** argv) {
   args.add_string("master-addr", &master_addr, "address of node 0 (HEED_MASTER_ADDR)");
   args.add_int("master-port", &master_port, "port on node 0 (HEED_MASTER_PORT)", 1, 65535);
   args.add_string("store-path", &store_path,
-                  "rendezvous directory; required with --nnodes > 1 (a shared file system), else a fresh "
-                  "temporary directory");
+                  "rendezvous directory (a file system every node sees); default: a fresh temporary "
+                  "directory on one machine, the TCP store on --master-addr:--master-port (served by rank 0) "
+                  "on several");
   args.add_int("timeout-ms", &timeout_ms, "collective timeout passed as HEED_DIST_TIMEOUT_MS", 1, int64_t{1} << 40);
   args.add_double("grace", &grace, "seconds between SIGTERM and SIGKILL when stopping ranks", 0.0, 3600.0);
   switch (args.parse(split, argv)) {
@@ -122,11 +124,9 @@ int main(int argc, char** argv) {
   };
   if (split >= argc - 1) return usage_error("no program given: heed-run [options] -- PROGRAM [ARGS...]");
   if (node_rank >= nnodes) return usage_error("--node-rank must be below --nnodes");
-  if (nnodes > 1 && store_path.empty())
-    return usage_error("--nnodes > 1 needs --store-path on a file system every node shares (no TCP store yet)");
 
   bool own_store = false;
-  if (store_path.empty()) {
+  if (store_path.empty() && nnodes == 1) {
     char tmpl[] = "/tmp/heed-run-XXXXXX";
     if (!mkdtemp(tmpl)) {
       std::fprintf(stderr, "heed-run: error: cannot create a store directory: %s\n", std::strerror(errno));
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     }
     store_path = tmpl;
     own_store = true;
-  } else {
+  } else if (!store_path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(store_path, ec);
   }
@@ -150,6 +150,13 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // SIGINT/SIGTERM stay blocked while forking: a child resets them to the default action
+  // before unblocking, so a signal sent while it starts is never swallowed by our handler.
+  sigset_t stop_signals, previous_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stop_signals, &previous_mask);
   std::vector<Rank> ranks(static_cast<size_t>(nproc));
   for (int k = 0; k < nproc; ++k) {
     Rank& r = ranks[k];
@@ -175,6 +182,7 @@ int main(int argc, char** argv) {
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       signal(SIGPIPE, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
       setenv("HEED_RANK", std::to_string(r.global).c_str(), 1);
       setenv("HEED_WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("HEED_LOCAL_RANK", std::to_string(k).c_str(), 1);
@@ -182,7 +190,7 @@ int main(int argc, char** argv) {
       setenv("HEED_NODE_RANK", std::to_string(node_rank).c_str(), 1);
       setenv("HEED_MASTER_ADDR", master_addr.c_str(), 1);
       setenv("HEED_MASTER_PORT", std::to_string(master_port).c_str(), 1);
-      setenv("HEED_STORE_PATH", store_path.c_str(), 1);
+      if (!store_path.empty()) setenv("HEED_STORE_PATH", store_path.c_str(), 1);
       setenv("HEED_DIST_TIMEOUT_MS", std::to_string(timeout_ms).c_str(), 1);
       setenv("OMP_NUM_THREADS", omp_threads.c_str(), 0);  // unless the user set it
       execvp(argv[split + 1], argv + split + 1);
@@ -196,6 +204,7 @@ int main(int argc, char** argv) {
     r.err_fd = err_pipe[0];
   }
 
+  sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
   int result = 0;
   bool stopping = false;
   std::chrono::steady_clock::time_point stop_time;

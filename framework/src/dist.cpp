@@ -6,11 +6,22 @@
 // through their raw storage only (no autograd, no version bump: parameters are leaves).
 #include "heed/dist.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <unistd.h>
+#include <map>
+#include <thread>
 
 #include "heed/error.h"
 #include "heed/ops.h"
@@ -134,6 +145,199 @@ class PrefixedStore : public gloo::rendezvous::Store {
   std::shared_ptr<gloo::rendezvous::Store> base_;
 };
 
+// ---- a small key-value store over TCP for the rendezvous (PyTorch's TCPStore) -------------
+// Rank 0 serves it on master_addr:master_port; every rank (rank 0 too) is a client. Requests:
+// 'S' key value (reply 1 byte), 'G' key (reply: found byte, then the value if found). Clients
+// poll for keys not yet set, so the server never blocks on a request.
+
+bool write_full(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_full(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool write_blob(int fd, const std::string& s) {
+  const uint32_t n = htonl(static_cast<uint32_t>(s.size()));
+  return write_full(fd, &n, 4) && write_full(fd, s.data(), s.size());
+}
+
+bool read_blob(int fd, std::string& s) {
+  uint32_t n = 0;
+  if (!read_full(fd, &n, 4)) return false;
+  n = ntohl(n);
+  if (n > (1u << 30)) return false;
+  s.resize(n);
+  return read_full(fd, s.data(), n);
+}
+
+class TcpStore : public gloo::rendezvous::Store {
+ public:
+  TcpStore(const std::string& host, int port, bool serve, std::chrono::milliseconds timeout) : timeout_(timeout) {
+    if (serve) {
+      listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+      const int one = 1;
+      setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_ANY);
+      if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(listen_fd_, 1024) != 0) {
+        const std::string why = std::strerror(errno);
+        close(listen_fd_);
+        throw Error(fmt::format("TCP store: cannot listen on port {}: {}", port, why));
+      }
+      server_ = std::thread([this] { serve_loop(); });
+    }
+    fd_ = connect_with_retry(host, port);
+  }
+  ~TcpStore() override {
+    if (fd_ >= 0) close(fd_);
+    stop_ = true;
+    if (server_.joinable()) server_.join();
+    if (listen_fd_ >= 0) close(listen_fd_);
+  }
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    char ok = 0;
+    if (!(write_full(fd_, "S", 1) && write_blob(fd_, key) && write_blob(fd_, std::string(data.begin(), data.end())) &&
+          read_full(fd_, &ok, 1)))
+      throw Error(fmt::format("TCP store: lost the connection to the store (rank 0) while setting '{}'", key));
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key}, timeout_);
+    std::string value;
+    if (!try_get(key, &value)) throw Error(fmt::format("TCP store: key '{}' vanished", key));
+    return std::vector<char>(value.begin(), value.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (const std::string& key : keys) {
+      std::string ignored;
+      while (!try_get(key, &ignored)) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw Error(fmt::format("TCP store: timed out after {} ms waiting for key '{}'", timeout.count(), key));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  }
+
+ private:
+  bool try_get(const std::string& key, std::string* value) {
+    char found = 0;
+    if (!(write_full(fd_, "G", 1) && write_blob(fd_, key) && read_full(fd_, &found, 1)))
+      throw Error(fmt::format("TCP store: lost the connection to the store (rank 0) while reading '{}'", key));
+    if (!found) return false;
+    if (!read_blob(fd_, *value))
+      throw Error(fmt::format("TCP store: lost the connection to the store (rank 0) while reading '{}'", key));
+    return true;
+  }
+
+  int connect_with_retry(const std::string& host, int port) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    std::string why = "no attempt";
+    for (;;) {
+      addrinfo hints{};
+      hints.ai_family = AF_INET;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+      if (rc == 0) {
+        const int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+          freeaddrinfo(found);
+          const int one = 1;
+          setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          // Every request is bounded too: a store that stops answering is an error, not a hang.
+          timeval limit{};
+          limit.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
+          limit.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
+          setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+          setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+          return fd;
+        }
+        why = std::strerror(errno);
+        close(fd);
+        freeaddrinfo(found);
+      } else {
+        why = gai_strerror(rc);
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(fmt::format("TCP store: cannot reach {}:{} within {} ms: {}", host, port, timeout_.count(), why));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  void serve_loop() {
+    std::map<std::string, std::string> data;
+    std::vector<int> clients;
+    while (!stop_) {
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (int c : clients) fds.push_back({c, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), 100) <= 0) continue;
+      std::vector<int> alive;
+      if (fds[0].revents & POLLIN) {
+        const int c = accept(listen_fd_, nullptr, nullptr);
+        if (c >= 0) {
+          const int one = 1;
+          setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          alive.push_back(c);  // served from the next poll on
+        }
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        const int c = fds[i].fd;
+        bool keep = true;
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+          char op = 0;
+          std::string key, value;
+          keep = read_full(c, &op, 1) && read_blob(c, key);
+          if (keep && op == 'S') {
+            keep = read_blob(c, value);
+            if (keep) data[key] = value;
+            keep = keep && write_full(c, "\1", 1);
+          } else if (keep && op == 'G') {
+            const auto it = data.find(key);
+            const char found = it != data.end() ? 1 : 0;
+            keep = write_full(c, &found, 1) && (!found || write_blob(c, it->second));
+          } else {
+            keep = false;
+          }
+        }
+        if (keep)
+          alive.push_back(c);
+        else
+          close(c);
+      }
+      clients = alive;
+    }
+    for (int c : clients) close(c);
+  }
+
+  std::chrono::milliseconds timeout_;
+  int fd_ = -1;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread server_;
+};
+
 std::string local_hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "?";
@@ -182,8 +386,17 @@ struct ProcessGroup::Impl {
   uint32_t next_tag = 1;
   std::string failed;  // the first error; the group is unusable afterwards
 
-  // "; rank 1 (pid 1234) has exited" for the peers on this machine that are gone.
+  // "; rank 1 (pid 1234) has exited" for the peers on this machine that are gone. A killed
+  // peer's sockets close before its process is gone, so this looks again for up to 0.5 s.
   std::string lost_peers() const {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      std::string out = lost_peers_now();
+      if (!out.empty()) return out;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return "";
+  }
+  std::string lost_peers_now() const {
     std::string out;
     const std::string host = local_hostname();
     for (int r = 0; r < world; ++r) {
@@ -229,34 +442,39 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   HEED_CHECK(options.rank >= 0 && options.rank < options.world_size, op, "rank {} is outside [0, {})", options.rank,
              options.world_size);
   HEED_CHECK(options.timeout.count() > 0, op, "timeout must be positive");
-  HEED_CHECK(options.world_size == 1 || !options.store_path.empty(), op,
-             "world_size {} needs a store: set store_path (HEED_STORE_PATH), a directory every rank can reach "
-             "(a TCP store on master_addr:master_port is not implemented yet)",
-             options.world_size);
+  HEED_CHECK(options.master_port > 0 && options.master_port < 65536, op, "master_port {} is not a TCP port",
+             options.master_port);
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->rank = options.rank;
   impl->world = options.world_size;
   impl->timeout = options.timeout;
   try {
     std::shared_ptr<gloo::rendezvous::Store> base;
-    if (options.store_path.empty())
-      base = std::make_shared<gloo::rendezvous::HashStore>();
-    else
+    if (!options.store_path.empty())
       base = std::make_shared<gloo::rendezvous::FileStore>(options.store_path);
+    else if (options.world_size == 1)
+      base = std::make_shared<gloo::rendezvous::HashStore>();
+    else  // rank 0 serves the store on master_addr:master_port
+      base = std::make_shared<TcpStore>(options.master_addr, options.master_port, options.rank == 0, options.timeout);
     impl->store = std::make_shared<PrefixedStore>(options.prefix, base);
     const std::string me = fmt::format("{} {}", local_hostname(), static_cast<long>(getpid()));
     impl->store->set("heed_pid_" + std::to_string(options.rank), std::vector<char>(me.begin(), me.end()));
     gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname;
+    // Several machines: listen on this machine's name unless told otherwise (HEED_HOSTNAME).
+    const bool local_master = options.master_addr == "127.0.0.1" || options.master_addr == "localhost";
+    attr.hostname = options.hostname == "127.0.0.1" && !local_master ? local_hostname() : options.hostname;
     impl->device = gloo::transport::tcp::CreateDevice(attr);
     impl->context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
     impl->context->setTimeout(options.timeout);
     impl->context->connectFullMesh(*impl->store, impl->device);
   } catch (const std::exception& e) {
-    throw Error(fmt::format("heed::dist::init_process_group: rank {} of {} (store '{}', prefix '{}') could not "
-                            "connect within {} ms: {}{}",
-                            options.rank, options.world_size, options.store_path, options.prefix,
-                            options.timeout.count(), e.what(), impl->store ? impl->lost_peers() : ""));
+    const std::string store = !options.store_path.empty() ? "file store " + options.store_path
+                              : options.world_size == 1
+                                  ? std::string("no store")
+                                  : fmt::format("TCP store {}:{}", options.master_addr, options.master_port);
+    throw Error(fmt::format("heed::dist::init_process_group: rank {} of {} ({}, prefix '{}') could not "
+                            "connect within {} ms: {}",
+                            options.rank, options.world_size, store, options.prefix, options.timeout.count(), e.what()));
   }
   return std::make_shared<ProcessGroup>(std::move(impl));
 }

@@ -39,13 +39,15 @@ struct InitOptions {
   std::string backend = "gloo";  // the only one for now (NCCL: not yet)
   int rank = 0;
   int world_size = 1;
-  // Rendezvous: a directory every rank can reach (a local folder for one machine, a shared
-  // file system for several). heed-run creates one per launch and passes HEED_STORE_PATH.
+  // Rendezvous, one of: a directory every rank can reach (a local folder for one machine, a
+  // shared file system for several; heed-run creates one per launch on one machine and
+  // passes HEED_STORE_PATH), or, when store_path is empty and world_size > 1, a TCP store
+  // that rank 0 serves on master_addr:master_port (every request bounded by `timeout`).
   std::string store_path;
-  // Master address/port: only recorded for now (no TCP store yet); the rendezvous needs
-  // store_path. The address this rank's Gloo device listens on is `hostname`.
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // The address this rank's Gloo device listens on (HEED_HOSTNAME); left at 127.0.0.1 with a
+  // master_addr that is not local, the machine's host name is used.
   std::string hostname = "127.0.0.1";
   // Key prefix in the store: several groups (e.g. test cases) can share one store.
   std::string prefix = "heed";
@@ -98,8 +100,8 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int world, int rank);
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options);
 // From HEED_RANK, HEED_WORLD_SIZE, HEED_STORE_PATH, HEED_MASTER_ADDR, HEED_MASTER_PORT and
-// optionally HEED_DIST_TIMEOUT_MS and HEED_DIST_PREFIX (as set by heed-run). Without
-// HEED_WORLD_SIZE: a 1-rank group needing no store.
+// optionally HEED_HOSTNAME, HEED_DIST_TIMEOUT_MS and HEED_DIST_PREFIX (as set by heed-run).
+// Without HEED_WORLD_SIZE: a 1-rank group needing no store.
 std::shared_ptr<ProcessGroup> init_process_group_from_env();
 
 // For amp::GradScalerOptions::found_inf_agreement: all_reduce max of the flag over `group`.
