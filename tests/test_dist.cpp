@@ -13,8 +13,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,8 +49,9 @@ struct ChildResult {
 };
 
 fs::path fresh_directory(const std::string& stem) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("{}_{}_{}", stem, getpid(),
-                                                                 std::chrono::steady_clock::now().time_since_epoch().count());
+  const fs::path dir =
+      fs::temp_directory_path() /
+      fmt::format("{}_{}_{}", stem, getpid(), std::chrono::steady_clock::now().time_since_epoch().count());
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -160,14 +161,14 @@ Tensor pattern_tensor(int rank, int64_t n, DType dtype) {
   return from_vector(values, {n}).to(dtype);
 }
 
-#define CHILD_CHECK(cond, ...)                                                          \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      std::fprintf(stderr, "CHILD CHECK FAILED line %d: %s\n", __LINE__, #cond);      \
-      std::fprintf(stderr, "%s\n", fmt::format(__VA_ARGS__).c_str());                 \
-      std::fflush(stderr);                                                            \
-      std::_Exit(1);                                                                  \
-    }                                                                                 \
+#define CHILD_CHECK(cond, ...)                                                   \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      std::fprintf(stderr, "CHILD CHECK FAILED line %d: %s\n", __LINE__, #cond); \
+      std::fprintf(stderr, "%s\n", fmt::format(__VA_ARGS__).c_str());            \
+      std::fflush(stderr);                                                       \
+      std::_Exit(1);                                                             \
+    }                                                                            \
   } while (0)
 
 int scenario_collectives() {
@@ -212,8 +213,8 @@ int scenario_collectives() {
         // reduce_scatter: this rank's chunk of the same reduction.
         Tensor chunk = pg->reduce_scatter(pattern_tensor(rank, n, dtype), op);
         const auto [begin, end] = dist::chunk_range(n, world, rank);
-        CHILD_CHECK(chunk.numel() == end - begin, "reduce_scatter n={} got {} elements, expected {}", n,
-                    chunk.numel(), end - begin);
+        CHILD_CHECK(chunk.numel() == end - begin, "reduce_scatter n={} got {} elements, expected {}", n, chunk.numel(),
+                    end - begin);
         for (int64_t i = begin; i < end; ++i)
           CHILD_CHECK(chunk.to(kFloat64).at<double>({i - begin}) == t.to(kFloat64).at<double>({i}),
                       "reduce_scatter {} n={} i={}", dtype_name(dtype), n, i);
@@ -427,21 +428,25 @@ TEST_CASE("dist: a 1-rank group needs no store and its collectives are identitie
   CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("nccl"), Error);
 }
 
-TEST_CASE("dist: every collective, op and dtype against a local computation (2 ranks with a file store, 3 with the TCP store; sizes 0, 1, 7, 1001)") {
+TEST_CASE(
+    "dist: every collective, op and dtype against a local computation (2 ranks with a file store, 3 with the TCP "
+    "store; sizes 0, 1, 7, 1001)") {
   if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
   for (int world : {2, 3}) {
     CAPTURE(world);
     // 2 ranks meet through the file store, 3 through the TCP store served by rank 0.
-    const std::vector<std::string> env = world == 2 ? std::vector<std::string>{}
-                                                    : std::vector<std::string>{"HEED_STORE_PATH=",
-                                                                               fmt::format("HEED_MASTER_PORT={}", free_port())};
+    const std::vector<std::string> env =
+        world == 2 ? std::vector<std::string>{}
+                   : std::vector<std::string>{"HEED_STORE_PATH=", fmt::format("HEED_MASTER_PORT={}", free_port())};
     const auto results = run_ranks("collectives", world, 40.0, env);
     require_all_ok(results);
     CHECK(results[0].output.find("collectives ok") != std::string::npos);
   }
 }
 
-TEST_CASE("dist: DDP on 2 ranks with batch B equals 1 rank with batch 2B over 50 AdamW steps; no_sync reduces once per step") {
+TEST_CASE(
+    "dist: DDP on 2 ranks with batch B equals 1 rank with batch 2B over 50 AdamW steps; no_sync reduces once per "
+    "step") {
   if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
   const fs::path out = fresh_directory("heed_dist_ddp");
   for (const std::string dtype : {"float64", "float32"}) {

@@ -94,9 +94,10 @@ int main(int argc, char** argv) {
   int64_t nproc = 1, nnodes = 1, node_rank = 0, master_port = 29500, timeout_ms = 300000;
   double grace = 5.0;
   std::string master_addr = "127.0.0.1", store_path;
-  heed::cli::ArgParser args("heed-run",
-                            "Starts --nproc ranks of PROGRAM for heed::dist on this machine (node --node-rank of "
-                            "--nnodes).\nEverything after -- is the program and its arguments: heed-run [options] -- PROGRAM [ARGS...]");
+  heed::cli::ArgParser args(
+      "heed-run",
+      "Starts --nproc ranks of PROGRAM for heed::dist on this machine (node --node-rank of "
+      "--nnodes).\nEverything after -- is the program and its arguments: heed-run [options] -- PROGRAM [ARGS...]");
   args.add_int("nproc", &nproc, "ranks to start on this machine", 1, 1024);
   args.add_int("nnodes", &nnodes, "machines taking part", 1, 65536);
   args.add_int("node-rank", &node_rank, "this machine's index in [0, nnodes)", 0, 65535);

@@ -80,7 +80,7 @@ int64_t env_int(const char* name, int64_t fallback, int64_t min, int64_t max) {
   return parsed;
 }
 
-void check_tensor(const Tensor& t, const char* op) {
+[[maybe_unused]] void check_tensor(const Tensor& t, const char* op) {
   HEED_CHECK(t.defined(), op, "undefined tensor");
   HEED_CHECK(t.device() == kCPU, op, "only CPU tensors are supported (Gloo); got a {} tensor (NCCL: not yet)",
              t.device() == kCPU ? "CPU" : "CUDA");
@@ -99,8 +99,8 @@ std::shared_ptr<ProcessGroup> init_process_group_from_env() {
   options.master_port = static_cast<int>(env_int("HEED_MASTER_PORT", options.master_port, 1, 65535));
   options.hostname = env_or("HEED_HOSTNAME", options.hostname);
   options.prefix = env_or("HEED_DIST_PREFIX", options.prefix);
-  options.timeout = std::chrono::milliseconds(
-      env_int("HEED_DIST_TIMEOUT_MS", options.timeout.count(), 1, int64_t{1} << 40));
+  options.timeout =
+      std::chrono::milliseconds(env_int("HEED_DIST_TIMEOUT_MS", options.timeout.count(), 1, int64_t{1} << 40));
   return init_process_group(options);
 }
 
@@ -422,9 +422,10 @@ struct ProcessGroup::Impl {
       fn();
     } catch (const gloo::Exception& e) {
       failed = e.what();
-      throw Error(fmt::format("heed::dist::{}: rank {} of {} failed after at most {} ms: {}{} (a peer rank died, "
-                              "hung or called a different collective)",
-                              collective, rank, world, timeout.count(), e.what(), lost_peers()));
+      throw Error(
+          fmt::format("heed::dist::{}: rank {} of {} failed after at most {} ms: {}{} (a peer rank died, "
+                      "hung or called a different collective)",
+                      collective, rank, world, timeout.count(), e.what(), lost_peers()));
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -472,9 +473,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
                               : options.world_size == 1
                                   ? std::string("no store")
                                   : fmt::format("TCP store {}:{}", options.master_addr, options.master_port);
-    throw Error(fmt::format("heed::dist::init_process_group: rank {} of {} ({}, prefix '{}') could not "
-                            "connect within {} ms: {}",
-                            options.rank, options.world_size, store, options.prefix, options.timeout.count(), e.what()));
+    throw Error(
+        fmt::format("heed::dist::init_process_group: rank {} of {} ({}, prefix '{}') could not "
+                    "connect within {} ms: {}",
+                    options.rank, options.world_size, store, options.prefix, options.timeout.count(), e.what()));
   }
   return std::make_shared<ProcessGroup>(std::move(impl));
 }
@@ -494,9 +496,7 @@ namespace {
 struct Timed {
   ProcessGroup::Counters& counters;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  ~Timed() {
-    counters.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  ~Timed() { counters.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
 };
 }  // namespace
 
@@ -648,7 +648,10 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds) {}
 void ProcessGroup::all_reduce(Tensor&, ReduceOp) { init_process_group({}); }
 void ProcessGroup::broadcast(Tensor&, int) { init_process_group({}); }
 void ProcessGroup::all_gather(std::vector<Tensor>&, const Tensor&) { init_process_group({}); }
-Tensor ProcessGroup::reduce_scatter(const Tensor&, ReduceOp) { init_process_group({}); return {}; }
+Tensor ProcessGroup::reduce_scatter(const Tensor&, ReduceOp) {
+  init_process_group({});
+  return {};
+}
 void ProcessGroup::barrier() { init_process_group({}); }
 
 #endif

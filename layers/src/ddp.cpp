@@ -180,8 +180,9 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
     if (!open_new) {
       const State::Bucket& last = st.buckets.back();
       const int64_t last_limit = st.buckets.size() == 1 ? options.first_bucket_bytes : options.bucket_bytes;
-      open_new = last.dtype != p.dtype() ||
-                 (last.numel > 0 && (last.numel + p.numel()) * static_cast<int64_t>(dtype_size(last.dtype)) > last_limit);
+      open_new =
+          last.dtype != p.dtype() ||
+          (last.numel > 0 && (last.numel + p.numel()) * static_cast<int64_t>(dtype_size(last.dtype)) > last_limit);
     }
     if (open_new) {
       st.buckets.emplace_back();

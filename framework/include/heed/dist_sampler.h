@@ -30,9 +30,7 @@ class DistributedSampler {
   }
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
-  int64_t num_samples() const {
-    return drop_last_ ? size_ / world_ : (size_ + world_ - 1) / world_;
-  }
+  int64_t num_samples() const { return drop_last_ ? size_ / world_ : (size_ + world_ - 1) / world_; }
   // This rank's indices for the current epoch, in order.
   std::vector<int64_t> indices() const {
     std::vector<int64_t> order(static_cast<size_t>(size_));
@@ -47,7 +45,8 @@ class DistributedSampler {
     const int64_t total = num_samples() * world_;
     std::vector<int64_t> mine;
     mine.reserve(static_cast<size_t>(num_samples()));
-    for (int64_t pos = rank_; pos < total && size_ > 0; pos += world_) mine.push_back(order[static_cast<size_t>(pos % size_)]);
+    for (int64_t pos = rank_; pos < total && size_ > 0; pos += world_)
+      mine.push_back(order[static_cast<size_t>(pos % size_)]);
     return mine;
   }
 
