@@ -527,3 +527,84 @@ TEST_CASE("dist: DistributedSampler gives disjoint per-rank slices covering the 
   dist::DistributedSampler dropped(11, 2, 3, 7, true, true);
   CHECK(dropped.indices().size() == 3);
 }
+
+namespace {
+// fc1 -> fc2, plus a parameter the forward never uses.
+struct NetWithUnused : nn::Module {
+  std::shared_ptr<nn::Linear> fc1, fc2;
+  Tensor unused;
+  NetWithUnused() : nn::Module("NetWithUnused") {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 64));  // 256 + 64 floats
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(64, 2));  // 128 + 2 floats
+    unused = register_parameter("unused", ones({3}));
+  }
+  Tensor forward(const Tensor& x) const { return (*fc2)(tanh((*fc1)(x))); }
+};
+}  // namespace
+
+TEST_CASE("dist: DDP on 1 rank: reverse-order bucket layout, finish_gradient_sync for unused parameters, no_sync") {
+  if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
+  auto pg = dist::init_process_group(dist::InitOptions{});
+  manual_seed(3);
+  NetWithUnused model;
+  dist::DDPOptions options;
+  options.first_bucket_bytes = 600;  // fits fc2 (130 floats = 520 bytes), not more
+  options.bucket_bytes = 1100;       // fc1.bias + fc1.weight (1280 bytes) do not fit together
+  dist::DistributedDataParallel ddp(model, pg, options);
+  // parameters() lists the module's own parameters first: unused 0, fc1.weight 1, fc1.bias 2,
+  // fc2.weight 3, fc2.bias 4. Buckets from the end: [fc2.bias, fc2.weight] (8 + 512 bytes;
+  // fc1.bias would pass 600), [fc1.bias] (256; with fc1.weight 1280 > 1100), [fc1.weight,
+  // unused] (1024 + 12).
+  const auto layout = ddp.bucket_layout();
+  REQUIRE(layout.size() == 3);
+  CHECK((layout[0] == std::vector<size_t>{4, 3}));
+  CHECK((layout[1] == std::vector<size_t>{2}));
+  CHECK((layout[2] == std::vector<size_t>{1, 0}));
+  Tensor x = randn({5, 4});
+  // The unused parameter never gets a gradient: its bucket (the last) stays pending until
+  // finish; the two complete ones before it were reduced during backward.
+  mean(model.forward(x)).backward();
+  CHECK(ddp.counters().syncs == 0);
+  CHECK(ddp.counters().reductions == 2);
+  ddp.finish_gradient_sync();
+  CHECK(ddp.counters().syncs == 1);
+  CHECK(ddp.counters().reductions == 3);
+  REQUIRE(model.unused.grad().defined());
+  CHECK(model.unused.grad().sum().item<double>() == 0.0);
+  ddp.finish_gradient_sync();  // nothing pending: a no-op
+  CHECK(ddp.counters().reductions == 3);
+  // no_sync: local accumulation only; the next synchronised backward reduces once.
+  ddp.reset_counters();
+  model.zero_grad();
+  {
+    auto guard = ddp.no_sync();
+    mean(model.forward(x)).backward();
+  }
+  CHECK(ddp.counters().reductions == 0);
+  const Tensor once = model.fc1->weight.grad().clone();
+  mean(model.forward(x)).backward();
+  ddp.finish_gradient_sync();
+  CHECK(ddp.counters().syncs == 1);
+  CHECK(ddp.counters().reductions == 3);
+  // Accumulated like without DDP: twice the single gradient (world 1: the average is itself).
+  CHECK(max(abs(model.fc1->weight.grad() - once * 2.0)).item<double>() < 1e-6);
+}
+
+TEST_CASE("dist: GradScalerOptions::found_inf_agreement decides whether the step is skipped") {
+  Tensor w = ones({2}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 0.1});
+  int calls = 0;
+  amp::GradScalerOptions options;
+  options.init_scale = 4.0;
+  options.found_inf_agreement = [&calls](bool) {
+    ++calls;
+    return true;  // another rank found an Inf
+  };
+  amp::GradScaler scaler(options);
+  scaler.scale(sum(w * 3.0)).backward();
+  CHECK_FALSE(scaler.step(opt));  // skipped although this rank's gradients are finite
+  scaler.update();
+  CHECK(calls == 1);
+  CHECK(scaler.get_scale() == 2.0);
+  CHECK(w.at<double>({0}) == 1.0);
+}
