@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 BUILD_DIR=${BUILD_DIR:-build/release}
 JOBS=${JOBS:-$(nproc)}
 PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-openmp-dev nlohmann-json3-dev doctest-dev
-          libfmt-dev)
+          libfmt-dev libgloo-dev)
 
 install_missing_packages() {
   local missing=()

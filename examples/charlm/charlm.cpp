@@ -15,10 +15,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -133,7 +135,21 @@ int run(const Options& o) {
   amp::GradScaler scaler({.enabled = amp_dtype == kFloat16});
   cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   cli::check_usage(o.warmup <= o.iters, "--warmup {} exceeds --iters {}", o.warmup, o.iters);
-  std::filesystem::create_directories(o.out_dir);
+  // Several processes (heed-run --nproc N -- charlm ...): HEED_WORLD_SIZE > 1. Every rank
+  // draws the same global batch of --batch windows and trains on its slice of --batch/N rows;
+  // DDP averages the gradients, so the run follows the 1-process run. Rank 0 alone writes the
+  // checkpoint (after a barrier); the other ranks write their logs under <out-dir>/rank<K>.
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (const char* world = std::getenv("HEED_WORLD_SIZE"); world && std::string(world) != "1") {
+    group = dist::init_process_group_from_env();
+    cli::check_usage(o.batch % group->world_size() == 0, "--batch {} must be divisible by the number of ranks {}",
+                     o.batch, group->world_size());
+    cli::check_usage(device == kCPU, "several processes train on the CPU only (NCCL: not yet)");
+  }
+  const int rank = group ? group->rank() : 0;
+  const int64_t rank_batch = group ? o.batch / group->world_size() : o.batch;
+  const std::string out_dir = rank == 0 ? o.out_dir : o.out_dir + "/rank" + std::to_string(rank);
+  std::filesystem::create_directories(out_dir);
   const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/charlm.ckpt" : o.checkpoint;
 
   std::string text;
@@ -165,6 +181,8 @@ int run(const Options& o) {
   decay.weight_decay = o.weight_decay;
   no_decay.weight_decay = 0.0;
   optim::AdamW optimizer({decay, no_decay}, {.lr = o.lr, .betas = {0.9, o.beta2}});
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (group) ddp = std::make_unique<dist::DistributedDataParallel>(model, group);
   // The reference's schedule: lr*(it+1)/warmup, then cosine from lr to min_lr.
   auto lr_at = [&](int64_t it) {
     if (it < o.warmup) return o.lr * static_cast<double>(it + 1) / static_cast<double>(o.warmup);
@@ -220,7 +238,7 @@ int run(const Options& o) {
     return 0;
   }
 
-  report::MetricsLog log(o.out_dir + "/metrics.jsonl", o.resume);
+  report::MetricsLog log(out_dir + "/metrics.jsonl", o.resume);
   report::Progress progress(o.log_every);
   diagnostics::AttentionMonitor monitor(model);
   double train_seconds = history["train_seconds"].get<double>();
@@ -232,6 +250,10 @@ int run(const Options& o) {
     const double lr = lr_at(it);
     for (auto& g : optimizer.param_groups()) g.lr = lr;
     auto [x, y] = get_batch(data.train, o.batch, o.block);
+    if (group) {  // this rank's rows of the global batch
+      x = x.narrow(0, rank * rank_batch, rank_batch).contiguous();
+      y = y.narrow(0, rank * rank_batch, rank_batch).contiguous();
+    }
     Tensor loss;
     {
       amp::Autocast autocast(amp_dtype);  // no-op without --amp
@@ -286,7 +308,8 @@ int run(const Options& o) {
       history["train_seconds"] = train_seconds;
       history["amp"] = o.amp;
       history["grad_scaler"] = scaler.state_dict();
-      io::save_checkpoint(checkpoint, model, &optimizer, nullptr, done, config, history);
+      if (group) group->barrier();  // every rank finished this step
+      if (rank == 0) io::save_checkpoint(checkpoint, model, &optimizer, nullptr, done, config, history);
     }
   }
   progress.finish_line();
@@ -297,6 +320,14 @@ int run(const Options& o) {
       "(mean of %lld batches)\n",
       train_seconds, static_cast<long long>(o.iters), 1e3 * train_seconds / std::max<double>(1, o.iters - start),
       o.amp.c_str(), final_val, static_cast<long long>(o.final_eval_batches));
+  if (ddp) {
+    const auto c = ddp->counters();
+    const double steps = static_cast<double>(std::max<int64_t>(1, o.iters - start));
+    std::printf("dist: rank %d of %d, batch %lld per rank; %.1f all_reduces/step, %.0f bytes reduced/step, "
+                "%.2f ms/step in all_reduce (%.1f%% of training time)\n",
+                rank, group->world_size(), static_cast<long long>(rank_batch), c.reductions / steps, c.bytes / steps,
+                1e3 * c.seconds / steps, 100.0 * c.seconds / std::max(train_seconds, 1e-9));
+  }
   if (scaler.is_enabled())
     std::printf("fp16 loss scaling: %lld of %lld steps skipped (overflow), final scale %g\n",
                 static_cast<long long>(skipped_steps), static_cast<long long>(o.iters - start), scaler.get_scale());
@@ -315,7 +346,7 @@ int run(const Options& o) {
     losses[1].x.push_back(history["eval_iter"][i].get<double>());
     losses[1].y.push_back(history["val_loss"][i].get<double>());
   }
-  report::svg::line_chart(o.out_dir + "/loss.svg", "character LM: loss", losses, "iteration", "cross entropy");
+  report::svg::line_chart(out_dir + "/loss.svg", "character LM: loss", losses, "iteration", "cross entropy");
   std::vector<report::svg::Series> entropy_series;
   for (size_t i = 0; i < history["eval_iter"].size(); ++i)
     for (size_t l = 0; l < history["entropy"][i].size(); ++l) {
@@ -323,7 +354,7 @@ int run(const Options& o) {
       entropy_series[l].x.push_back(history["eval_iter"][i].get<double>());
       entropy_series[l].y.push_back(history["entropy"][i][l].get<double>());
     }
-  report::svg::line_chart(o.out_dir + "/entropy.svg", "mean attention entropy per block (nats)", entropy_series,
+  report::svg::line_chart(out_dir + "/entropy.svg", "mean attention entropy per block (nats)", entropy_series,
                           "iteration", "entropy");
   {
     NoGradGuard no_grad;
@@ -342,10 +373,10 @@ int run(const Options& o) {
     std::vector<report::svg::Panel> panels;
     for (int64_t h = 0; h < w.size(1); ++h)
       panels.push_back({fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kFloat64).to_vector<double>(), n, n});
-    report::svg::heatmap_grid(o.out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)",
+    report::svg::heatmap_grid(out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)",
                               panels, labels, labels, 2);
   }
-  std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", o.out_dir.c_str(),
+  std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", out_dir.c_str(),
               checkpoint.c_str());
   return 0;
 }

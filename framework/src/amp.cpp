@@ -204,6 +204,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   }
   bool found = false;
   for (const auto& [device, probe] : probes) found = found || !std::isfinite(probe.item<double>());
+  if (options_.found_inf_agreement) found = options_.found_inf_agreement(found);
   st.unscaled = true;
   st.found_inf = found;
 }

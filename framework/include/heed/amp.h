@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -95,6 +96,10 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;  // clean steps before the scale grows
   bool enabled = true;             // false: every method is a pass-through
+  // Several processes: maps this process's found-Inf flag to the flag every rank agrees on
+  // (dist::found_inf_agreement(group) does an all_reduce max), so that all ranks skip the
+  // same steps and keep the same scale. Called once per unscale_, collectively.
+  std::function<bool(bool found_inf)> found_inf_agreement = nullptr;
 };
 
 // PyTorch's GradScaler for one or more optimizers. Per iteration: scale(loss).backward(),

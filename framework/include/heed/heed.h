@@ -10,6 +10,8 @@
 #include "heed/cuda.h"          // IWYU pragma: export
 #include "heed/device.h"        // IWYU pragma: export
 #include "heed/diagnostics.h"   // IWYU pragma: export
+#include "heed/dist.h"          // IWYU pragma: export
+#include "heed/ddp.h"           // IWYU pragma: export
 #include "heed/dtype.h"         // IWYU pragma: export
 #include "heed/error.h"         // IWYU pragma: export
 #include "heed/functional.h"    // IWYU pragma: export
