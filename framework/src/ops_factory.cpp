@@ -81,8 +81,8 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 
 namespace {
 // `integers`: randint (an integer dtype, [a, b) integers); otherwise a floating dtype.
-Tensor random_tensor(const Dims& shape, kernels::RandomKind kind, double a, double b, TensorOptions options,
-                     const char* name, bool integers = false) {
+Tensor random_tensor(Generator& gen, const Dims& shape, kernels::RandomKind kind, double a, double b,
+                     TensorOptions options, const char* name, bool integers = false) {
   check_factory(shape, options, name);
   if (integers) {
     HEED_CHECK(is_integral(options.dtype()), name, "expects an integer dtype, got {}", dtype_name(options.dtype()));
@@ -90,25 +90,25 @@ Tensor random_tensor(const Dims& shape, kernels::RandomKind kind, double a, doub
     HEED_CHECK(is_floating(options.dtype()), name, "expects a floating dtype, got {}", dtype_name(options.dtype()));
   }
   Tensor t = detail::make_empty(shape, options.dtype(), options.device());
-  Generator& gen = default_generator();
-  const kernels::PhiloxState state{gen.seed(), gen.advance(static_cast<uint64_t>(t.numel()))};
+  const Generator::Draw draw = gen.reserve(static_cast<uint64_t>(t.numel()));
+  const kernels::PhiloxState state{draw.seed, draw.first};
   if (t.numel() > 0) HEED_KERNEL(t.device(), random)(kind, t.dtype(), t.raw_data(), t.numel(), a, b, state);
   return finish(t, options);
 }
 }  // namespace
 
-Tensor randn(const Dims& shape, TensorOptions options) {
-  return random_tensor(shape, kernels::RandomKind::Normal, 0.0, 1.0, options, "randn");
+Tensor randn(const Dims& shape, Generator& generator, TensorOptions options) {
+  return random_tensor(generator, shape, kernels::RandomKind::Normal, 0.0, 1.0, options, "randn");
 }
-Tensor rand(const Dims& shape, TensorOptions options) {
-  return random_tensor(shape, kernels::RandomKind::Uniform, 0.0, 1.0, options, "rand");
+Tensor rand(const Dims& shape, Generator& generator, TensorOptions options) {
+  return random_tensor(generator, shape, kernels::RandomKind::Uniform, 0.0, 1.0, options, "rand");
 }
-Tensor uniform(const Dims& shape, double low, double high, TensorOptions options) {
+Tensor uniform(const Dims& shape, double low, double high, Generator& generator, TensorOptions options) {
   HEED_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, "uniform",
              "expected finite low <= high, got low {} and high {}", low, high);
-  return random_tensor(shape, kernels::RandomKind::Uniform, low, high, options, "uniform");
+  return random_tensor(generator, shape, kernels::RandomKind::Uniform, low, high, options, "uniform");
 }
-Tensor randint(int64_t low, int64_t high, const Dims& shape, TensorOptions options) {
+Tensor randint(int64_t low, int64_t high, const Dims& shape, Generator& generator, TensorOptions options) {
   HEED_CHECK(low < high, "randint", "low {} must be below high {}", low, high);
   // The bounds travel to the kernel as doubles: keep them exact (|bound| <= 2^53).
   constexpr int64_t kExact = int64_t{1} << 53;
@@ -116,8 +116,17 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, TensorOptions optio
   if (options.dtype() == kInt32)
     HEED_CHECK(low >= std::numeric_limits<int32_t>::min() && high - 1 <= std::numeric_limits<int32_t>::max(), "randint",
                "[{}, {}) does not fit int32", low, high);
-  return random_tensor(shape, kernels::RandomKind::Uniform, static_cast<double>(low), static_cast<double>(high),
-                       options, "randint", /*integers=*/true);
+  return random_tensor(generator, shape, kernels::RandomKind::Uniform, static_cast<double>(low),
+                       static_cast<double>(high), options, "randint", /*integers=*/true);
+}
+
+Tensor randn(const Dims& shape, TensorOptions options) { return randn(shape, default_generator(), options); }
+Tensor rand(const Dims& shape, TensorOptions options) { return rand(shape, default_generator(), options); }
+Tensor uniform(const Dims& shape, double low, double high, TensorOptions options) {
+  return uniform(shape, low, high, default_generator(), options);
+}
+Tensor randint(int64_t low, int64_t high, const Dims& shape, TensorOptions options) {
+  return randint(low, high, shape, default_generator(), options);
 }
 
 Tensor eye(int64_t n, TensorOptions options) {

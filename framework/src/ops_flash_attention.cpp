@@ -158,8 +158,8 @@ kernels::FlashAttentionArgs base_args(const char* name, DType compute, int64_t B
   args.window = mask.window;
   args.dropout_p = dropout_p;
   if (dropout_p > 0.0) {
-    Generator& gen = default_generator();
-    args.dropout_state = {gen.seed(), gen.advance(static_cast<uint64_t>(B * H * T * S))};
+    const Generator::Draw draw = default_generator().reserve(static_cast<uint64_t>(B * H * T * S));
+    args.dropout_state = {draw.seed, draw.first};
   }
   return args;
 }

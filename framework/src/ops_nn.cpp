@@ -185,14 +185,16 @@ Tensor dropout_scale(const Dims& shape, DType dtype, Device device, double p, ke
 }
 }  // namespace
 
-Tensor dropout(const Tensor& x, double p, bool training) {
+Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& generator) {
   detail::check_defined(x, "dropout");
   HEED_CHECK(p >= 0.0 && p <= 1.0, "dropout", "probability must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x;
   detail::check_floating(x, "dropout");
   if (p == 1.0) return x * 0.0;
-  Generator& gen = default_generator();
-  const kernels::PhiloxState state{gen.seed(), gen.advance(static_cast<uint64_t>(x.numel()))};
+  const Generator::Draw draw = generator.reserve(static_cast<uint64_t>(x.numel()));
+  const kernels::PhiloxState state{draw.seed, draw.first};
   Tensor out = detail::binary_raw(kernels::BinaryOp::Mul, x, dropout_scale(x.shape(), x.dtype(), x.device(), p, state),
                                   "dropout");
   if (any_requires_grad({&x})) {

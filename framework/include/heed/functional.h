@@ -31,8 +31,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
 
 // Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p).
 // Identity when !training or p == 0. The mask comes from the default generator's Philox
-// stream and is regenerated in backward from its (seed, offset), never stored.
+// stream (or `generator`'s) and is regenerated in backward from its (seed, offset), never
+// stored.
 Tensor dropout(const Tensor& x, double p, bool training = true);
+Tensor dropout(const Tensor& x, double p, bool training, Generator& generator);
 
 // Layer normalization over the last dim (size C): (x - mean) / sqrt(var + eps) * weight + bias,
 // with the biased variance; weight/bias (C) may be undefined. Fused forward and backward

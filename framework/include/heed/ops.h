@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "heed/random.h"
 #include "heed/tensor.h"
 
 namespace heed {
@@ -32,6 +33,12 @@ Tensor randn(const Dims& shape, TensorOptions options = {});
 Tensor rand(const Dims& shape, TensorOptions options = {});
 Tensor uniform(const Dims& shape, double low, double high, TensorOptions options = {});
 Tensor randint(int64_t low, int64_t high, const Dims& shape, TensorOptions options = kInt64);
+// The same draws from an explicit generator (PyTorch's generator=): a thread with its own
+// Generator gets reproducible numbers whatever other threads draw.
+Tensor randn(const Dims& shape, Generator& generator, TensorOptions options = {});
+Tensor rand(const Dims& shape, Generator& generator, TensorOptions options = {});
+Tensor uniform(const Dims& shape, double low, double high, Generator& generator, TensorOptions options = {});
+Tensor randint(int64_t low, int64_t high, const Dims& shape, Generator& generator, TensorOptions options = kInt64);
 Tensor eye(int64_t n, TensorOptions options = {});
 // 1-D and 2-D literals: tensor({1, 2, 3}), tensor({{1, 2}, {3, 4}}, kF64).
 Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
