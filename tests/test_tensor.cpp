@@ -74,6 +74,14 @@ TEST_CASE("metadata of scalars, empty tensors and views") {
   CHECK(e.numel() == 0);
   CHECK(dims_vec(e.strides()) == std::vector<int64_t>{3, 1});
   CHECK(e.to_vector<float>().empty());
+  // Every empty tensor is contiguous (PyTorch's rule), whichever dim is 0: (3, 0) and (0, 0)
+  // get strides (1, 1) (found by fuzz_safetensors: an accepted [0, 0] tensor was called
+  // non-contiguous).
+  CHECK(e.is_contiguous());
+  CHECK(zeros({3, 0}).is_contiguous());
+  CHECK(zeros({0, 0}).is_contiguous());
+  CHECK(zeros({2, 0, 4}).is_contiguous());
+  CHECK(zeros({2, 0, 4}).transpose(0, 2).is_contiguous());
 
   Tensor x = arange(12, kFloat32).reshape({3, 4});
   Tensor t = x.t();

@@ -151,8 +151,11 @@ int64_t Tensor::size(int64_t dim) const { return shape()[normalize_dim(dim, this
 int64_t Tensor::stride(int64_t dim) const { return strides()[normalize_dim(dim, this->dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
-  int64_t expected = 1;
   const TensorImpl& t = impl();
+  // An empty tensor is contiguous whatever its strides (as in PyTorch): contiguous_strides
+  // gives (3, 0) the strides (1, 1), which the loop below would call non-contiguous.
+  if (shape_numel(t.shape) == 0) return true;
+  int64_t expected = 1;
   for (int i = t.shape.size() - 1; i >= 0; --i) {
     if (t.shape[i] == 1) continue;
     if (t.strides[i] != expected) return false;
