@@ -9,9 +9,9 @@
 //
 // Invariants: without a CUDA device (no GPU, a build without CUDA, or the emulator told
 // HEED_CUDA_EMULATION_DEVICES=0) every case records a skip and returns at once; the file prints
-// one message saying why and ctest reports it as skipped (exit code 77), never as passed. With the CPU emulator of kernels/cuda/emulation the file runs in
-// well under three minutes on one core, so sizes are small but never multiples of the
-// kernels' block sizes.
+// one message saying why and ctest reports it as skipped (exit code 77), never as passed. With the CPU emulator of
+// kernels/cuda/emulation the file runs in well under three minutes on one core, so sizes are small but never multiples
+// of the kernels' block sizes.
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 

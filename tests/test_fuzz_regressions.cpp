@@ -36,7 +36,8 @@ size_t replay(const std::string& folder, bool name_each) {
       CAPTURE(file.string());
       const std::string bytes = heed::io::read_file(file.string());
       if (name_each) {
-        const std::string replaying = "replaying " + (std::filesystem::path("fuzz") / folder / target.name / file.filename()).string();
+        const std::string replaying =
+            "replaying " + (std::filesystem::path("fuzz") / folder / target.name / file.filename()).string();
         MESSAGE(replaying);
       }
       CHECK_NOTHROW(target.run(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));

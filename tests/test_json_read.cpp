@@ -43,8 +43,8 @@ TEST_CASE("json_integer accepts in-range integers and rejects everything else by
   const std::string huge = error_of([] { io::json_integer(Json::parse("6.5e33"), kPlace, 1, 100); });
   CHECK(huge == "heed::reader: file.json: \"key\" is 6.5e+33, expected an integer in [1, 100]");
   // Fractional, float-spelled, too large for int64, below the minimum, and not numbers at all.
-  for (const char* text : {"2.5", "64.0", "1e3", "18446744073709551615", "9223372036854775808", "-1", "\"7\"",
-                           "true", "null", "[1]", "{}"}) {
+  for (const char* text : {"2.5", "64.0", "1e3", "18446744073709551615", "9223372036854775808", "-1", "\"7\"", "true",
+                           "null", "[1]", "{}"}) {
     CAPTURE(text);
     const std::string message = error_of([&] { io::json_integer(Json::parse(text), kPlace, 0); });
     CHECK(contains(message, "heed::reader: file.json: \"key\" is "));
@@ -71,7 +71,8 @@ TEST_CASE("json_number wants a finite number within bounds") {
   CHECK(contains(error_of([&] { io::json_number(infinite, kPlace); }), "expected a finite number"));
   CHECK(contains(error_of([] { io::json_number(Json(std::numeric_limits<double>::quiet_NaN()), kPlace); }),
                  "expected a finite number"));
-  CHECK(contains(error_of([] { io::json_number(Json(1.5), kPlace, 0.0, 1.0); }), "is 1.5, expected a finite number in [0, 1]"));
+  CHECK(contains(error_of([] { io::json_number(Json(1.5), kPlace, 0.0, 1.0); }),
+                 "is 1.5, expected a finite number in [0, 1]"));
   CHECK(contains(error_of([] { io::json_number(Json("0.1"), kPlace); }), "is \"0.1\", expected a finite number"));
 }
 
@@ -88,7 +89,8 @@ TEST_CASE("JsonFields names missing keys, nested paths and array elements") {
   CHECK(contains(error_of([&] { fields.object("inner").integer("b"); }), "\"inner.b\" is \"x\", expected an integer"));
   CHECK(contains(error_of([&] { fields.object("a"); }), "\"a\" is 1, expected a JSON object"));
   CHECK(contains(error_of([&] { fields.numbers("a"); }), "\"a\" is 1, expected an array"));
-  CHECK(contains(error_of([&] { fields.object("inner").numbers("list", 0, 10, 2); }), "expected an array of 2 numbers"));
+  CHECK(
+      contains(error_of([&] { fields.object("inner").numbers("list", 0, 10, 2); }), "expected an array of 2 numbers"));
   CHECK(contains(error_of([] { io::JsonFields(Json::array(), "reader", "file.json"); }),
                  "heed::reader: file.json: expected a JSON object, got []"));
   // Long values are cut short in messages.
@@ -101,8 +103,9 @@ TEST_CASE("the translate model config: the fuzzers' reproducers are errors namin
   const std::string huge_d_model = error_of([] {
     translate::ModelConfig::from_json(Json::parse(R"({"d_model": 6.5e33, "max_len": 16})"), "run.ckpt model");
   });
-  CHECK(huge_d_model == "heed::translate::ModelConfig: run.ckpt model: \"d_model\" is 6.5e+33, expected an integer in "
-                        "[1, 65536]");
+  CHECK(huge_d_model ==
+        "heed::translate::ModelConfig: run.ckpt model: \"d_model\" is 6.5e+33, expected an integer in "
+        "[1, 65536]");
   const std::string huge_heads = error_of(
       [] { translate::ModelConfig::from_json(Json::parse(R"({"d_model": 64, "heads": 4e20, "layers": 2})")); });
   CHECK(contains(huge_heads, "\"heads\" is 4e+20, expected an integer in [1, 1024]"));
@@ -113,13 +116,15 @@ TEST_CASE("the translate model config: the fuzzers' reproducers are errors namin
   CHECK(back.heads == 4);
   CHECK(back.attn_scale == "sqrt_dk");
   good["heads"] = 3;  // 128 % 3 != 0
-  CHECK(contains(error_of([&] { translate::ModelConfig::from_json(good); }), "d_model 128 is not divisible by heads 3"));
+  CHECK(
+      contains(error_of([&] { translate::ModelConfig::from_json(good); }), "d_model 128 is not divisible by heads 3"));
   good["heads"] = 4;
   good["dropout"] = 1.5;
   CHECK(contains(error_of([&] { translate::ModelConfig::from_json(good); }), "\"dropout\" is 1.5"));
   good["dropout"] = 0.1;
   good["norm_first"] = 1;
-  CHECK(contains(error_of([&] { translate::ModelConfig::from_json(good); }), "\"norm_first\" is 1, expected true or false"));
+  CHECK(contains(error_of([&] { translate::ModelConfig::from_json(good); }),
+                 "\"norm_first\" is 1, expected true or false"));
 }
 
 TEST_CASE("the translate checkpoint configuration checks its vocabularies and corpus") {

@@ -15,8 +15,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -323,10 +323,11 @@ int run(const Options& o) {
   if (ddp) {
     const auto c = ddp->counters();
     const double steps = static_cast<double>(std::max<int64_t>(1, o.iters - start));
-    std::printf("dist: rank %d of %d, batch %lld per rank; %.1f all_reduces/step, %.0f bytes reduced/step, "
-                "%.2f ms/step in all_reduce (%.1f%% of training time)\n",
-                rank, group->world_size(), static_cast<long long>(rank_batch), c.reductions / steps, c.bytes / steps,
-                1e3 * c.seconds / steps, 100.0 * c.seconds / std::max(train_seconds, 1e-9));
+    std::printf(
+        "dist: rank %d of %d, batch %lld per rank; %.1f all_reduces/step, %.0f bytes reduced/step, "
+        "%.2f ms/step in all_reduce (%.1f%% of training time)\n",
+        rank, group->world_size(), static_cast<long long>(rank_batch), c.reductions / steps, c.bytes / steps,
+        1e3 * c.seconds / steps, 100.0 * c.seconds / std::max(train_seconds, 1e-9));
   }
   if (scaler.is_enabled())
     std::printf("fp16 loss scaling: %lld of %lld steps skipped (overflow), final scale %g\n",
@@ -373,8 +374,8 @@ int run(const Options& o) {
     std::vector<report::svg::Panel> panels;
     for (int64_t h = 0; h < w.size(1); ++h)
       panels.push_back({fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kFloat64).to_vector<double>(), n, n});
-    report::svg::heatmap_grid(out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)",
-                              panels, labels, labels, 2);
+    report::svg::heatmap_grid(out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)", panels,
+                              labels, labels, 2);
   }
   std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", out_dir.c_str(),
               checkpoint.c_str());

@@ -94,7 +94,8 @@ std::string json_string(const Json& value, const JsonPlace& place) {
 
 std::vector<double> json_numbers(const Json& value, const JsonPlace& place, double min, double max, int64_t length) {
   if (!value.is_array() || (length >= 0 && value.size() != static_cast<size_t>(length)))
-    reject(place, value, length >= 0 ? fmt::format("an array of {} numbers", length) : std::string("an array of numbers"));
+    reject(place, value,
+           length >= 0 ? fmt::format("an array of {} numbers", length) : std::string("an array of numbers"));
   std::vector<double> out;
   out.reserve(value.size());
   for (size_t i = 0; i < value.size(); ++i)

@@ -41,9 +41,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
       Tensor y = sy.get();
       Tensor g_rows = (last ? g : g.transpose(d, -1)).contiguous();
       Tensor gx = detail::make_empty(y.shape(), y.dtype(), y.device());
-      if (gx.numel() > 0)
-        HEED_KERNEL(y.device(), softmax_backward)
-        (y.dtype(), y.raw_data(), g_rows.raw_data(), gx.raw_data(), nrows, cols, log);
+      if (gx.numel() > 0) HEED_KERNEL(y.device(), softmax_backward)
+      (y.dtype(), y.raw_data(), g_rows.raw_data(), gx.raw_data(), nrows, cols, log);
       return {last ? gx : gx.transpose(d, -1)};
     });
   }
@@ -142,10 +141,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   const DType compute = detail::compute_dtype(x.dtype());
   Tensor row_loss = detail::make_empty({rows}, compute, x.device());
   Tensor row_lse = detail::make_empty({rows}, compute, x.device());
-  if (rows > 0)
-    HEED_KERNEL(x.device(), cross_entropy_forward)
-    (x.dtype(), x.raw_data(), t64.data_ptr<int64_t>(), rows, classes, options.ignore_index, options.label_smoothing,
-     row_loss.raw_data(), row_lse.raw_data());
+  if (rows > 0) HEED_KERNEL(x.device(), cross_entropy_forward)
+  (x.dtype(), x.raw_data(), t64.data_ptr<int64_t>(), rows, classes, options.ignore_index, options.label_smoothing,
+   row_loss.raw_data(), row_lse.raw_data());
   Tensor loss;
   {
     NoGradGuard no_grad;

@@ -71,7 +71,8 @@ Tensor& orthogonal_(Tensor& t, double gain, Generator* generator) {
   // Work on the tall orientation (m >= n) and transpose back.
   const bool transpose = rows < cols;
   const int64_t m = transpose ? cols : rows, n = transpose ? rows : cols;
-  std::vector<double> a = randn({m, n}, generator_or_default(generator), kFloat64).to_vector<double>();  // column j: a[i*n + j]
+  std::vector<double> a =
+      randn({m, n}, generator_or_default(generator), kFloat64).to_vector<double>();  // column j: a[i*n + j]
   // Modified Gram-Schmidt: Q (m,n) with orthonormal columns, R's diagonal made positive.
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t k = 0; k < j; ++k) {

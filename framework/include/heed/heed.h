@@ -8,10 +8,10 @@
 #include "heed/cli.h"           // IWYU pragma: export
 #include "heed/clip.h"          // IWYU pragma: export
 #include "heed/cuda.h"          // IWYU pragma: export
+#include "heed/ddp.h"           // IWYU pragma: export
 #include "heed/device.h"        // IWYU pragma: export
 #include "heed/diagnostics.h"   // IWYU pragma: export
 #include "heed/dist.h"          // IWYU pragma: export
-#include "heed/ddp.h"           // IWYU pragma: export
 #include "heed/dtype.h"         // IWYU pragma: export
 #include "heed/error.h"         // IWYU pragma: export
 #include "heed/functional.h"    // IWYU pragma: export

@@ -1,8 +1,8 @@
 // heed/nn/init.h — parameter initialisers (namespace heed::nn::init), PyTorch semantics.
 //
 // Each writes into the tensor in place (no autograd history) from `generator` (the default
-// generator when null, PyTorch's generator= argument) and returns it. Fans are computed as PyTorch does: for a (out, in, ...) weight,
-// fan_in = in * receptive, fan_out = out * receptive.
+// generator when null, PyTorch's generator= argument) and returns it. Fans are computed as
+// PyTorch does: for a (out, in, ...) weight, fan_in = in * receptive, fan_out = out * receptive.
 #pragma once
 
 #include <utility>
