@@ -306,6 +306,74 @@ TEST_CASE("hooks on leaves observe and replace gradients") {
   CHECK_HEED_ERROR(tensor({1, 2}).register_hook([](const Tensor& g) { return g; }), "register_hook");
 }
 
+TEST_CASE("a leaf's hooks run as soon as its last gradient arrived, during the pass") {
+  // loss = sum(tanh(w_deep * x) * w_top): backward reaches w_top first, then the non-leaf
+  // a = w_deep * x, then w_deep. w_top's hook must run before a's (not at the end of the pass,
+  // which data-parallel overlap relies on), once, with the total of its uses.
+  Tensor x = leaf({0.5, -1.0});
+  Tensor w_deep = leaf({2.0, 3.0});
+  Tensor w_top = leaf({1.0, 4.0});
+  std::vector<std::string> events;
+  w_top.register_hook([&](const Tensor& g) {
+    events.push_back("w_top " + std::to_string(values(g)[0]));
+    return Tensor();
+  });
+  w_deep.register_hook([&](const Tensor&) {
+    events.push_back("w_deep");
+    return Tensor();
+  });
+  Tensor a = w_deep * x;
+  a.register_hook([&](const Tensor&) {
+    events.push_back("a");
+    return Tensor();
+  });
+  // w_top used twice along the chain: its hook sees the sum of both gradients, after both
+  // arrived (d/dw_top of tanh(a) * w_top^2 = 2 tanh(a) w_top), and before tanh's node runs.
+  Tensor loss = (tanh(a) * w_top * w_top).sum();
+  loss.backward();
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].rfind("w_top", 0) == 0);
+  CHECK(events[1] == "a");
+  CHECK(events[2] == "w_deep");
+  CHECK(values(w_top.grad())[0] == doctest::Approx(2.0 * std::tanh(1.0)).epsilon(1e-15));
+}
+
+TEST_CASE("queue_backward_callback runs after the pass, once every .grad was written") {
+  CHECK_HEED_ERROR(queue_backward_callback([] {}), "queue_backward_callback");
+  CHECK(current_engine_pass() == EnginePass::None);
+  CHECK(current_engine_pass_id() == 0);
+  Tensor w1 = leaf({1, 2});
+  Tensor w2 = leaf({3});
+  std::vector<std::string> events;
+  uint64_t pass_id = 0;
+  w1.register_hook([&](const Tensor&) {
+    CHECK(current_engine_pass() == EnginePass::Backward);
+    pass_id = current_engine_pass_id();
+    events.push_back("hook");
+    queue_backward_callback([&] {
+      // Both leaves have their .grad by now, whichever finished last.
+      events.push_back(fmt::format("callback {} {}", w1.grad().defined(), w2.grad().defined()));
+      queue_backward_callback([&] { events.push_back("nested"); });  // still inside the pass
+    });
+    return Tensor();
+  });
+  ((w1 * 2.0).sum() * w2).sum().backward();
+  CHECK(pass_id != 0);
+  CHECK((events == std::vector<std::string>{"hook", "callback true true", "nested"}));
+  CHECK(current_engine_pass() == EnginePass::None);
+  // heed::grad passes say so, and get their own id.
+  uint64_t grad_pass_id = 0;
+  Tensor v = leaf({1});
+  v.register_hook([&](const Tensor&) {
+    CHECK(current_engine_pass() == EnginePass::Grad);
+    grad_pass_id = current_engine_pass_id();
+    return Tensor();
+  });
+  heed::grad({(v * 3.0).sum()}, {v});
+  CHECK(grad_pass_id != 0);
+  CHECK(grad_pass_id != pass_id);
+}
+
 TEST_CASE("hooks on non-leaves change what flows further down") {
   // h = x * 2, y = sum(h * h): dy/dh = 2h; a hook doubling it doubles x.grad = 2 * 2h * 2.
   Tensor x = leaf({1, 3});

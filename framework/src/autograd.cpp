@@ -2,8 +2,11 @@
 //
 // The engine counts, for every node reachable from the roots, how many edges lead into it,
 // then runs nodes whose count reached zero (a topological order, no recursion). Gradients
-// for one node are summed in a buffer before it runs (its hooks see the total); a leaf's
-// gradients are summed over the pass, then its hooks run once and it accumulates into .grad.
+// for one node are summed in a buffer before it runs (its hooks see the total). Leaves are
+// counted too: a leaf's gradients are summed until its last incoming edge was processed, then
+// its hooks run once on the total and it accumulates into .grad at once, while the rest of
+// the pass goes on (PyTorch's AccumulateGrad: what lets data-parallel training start
+// reducing a bucket during backward). Callbacks queued during a pass run after it finished.
 // Long graphs are also destroyed iteratively (~Node). With anomaly detection on (heed/anomaly.h)
 // record_op checks each output and the engine each node's gradients, the seeds included.
 #include "heed/autograd.h"
@@ -22,7 +25,26 @@ namespace {
 thread_local bool g_grad_enabled = true;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 BackwardObserver g_backward_observer;
+
+// The pass this thread is running (innermost, if a hook started another one) and the
+// callbacks queued for its end.
+struct PassFrame {
+  EnginePass kind = EnginePass::None;
+  uint64_t id = 0;
+  std::vector<std::function<void()>> callbacks;
+};
+thread_local PassFrame* g_current_pass = nullptr;
+std::atomic<uint64_t> g_next_pass_id{1};
 }  // namespace
+
+EnginePass current_engine_pass() { return g_current_pass ? g_current_pass->kind : EnginePass::None; }
+uint64_t current_engine_pass_id() { return g_current_pass ? g_current_pass->id : 0; }
+
+void queue_backward_callback(std::function<void()> callback) {
+  HEED_CHECK(g_current_pass != nullptr, "queue_backward_callback",
+             "called outside a backward pass (call it from a gradient hook, during backward())");
+  g_current_pass->callbacks.push_back(std::move(callback));
+}
 
 bool grad_mode_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
@@ -165,27 +187,54 @@ struct EngineCapture {
 void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, bool retain_graph,
                 EngineCapture* capture) {
   NoGradGuard no_grad;
+  PassFrame frame{capture ? EnginePass::Grad : EnginePass::Backward, g_next_pass_id++, {}};
+  PassFrame* const outer_pass = g_current_pass;
+  g_current_pass = &frame;
+  struct RestorePass {
+    PassFrame* outer;
+    ~RestorePass() { g_current_pass = outer; }
+  } restore_pass{outer_pass};
+
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, Tensor> buffers;
   std::vector<Node*> stack;
 
-  // Leaf gradients are summed over the whole pass, then each leaf's hooks run once on the
-  // total (as PyTorch's AccumulateGrad runs once all its inputs arrived): a leaf used twice
-  // in one graph does not see its hooks called per use. In first-arrival order.
-  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> leaf_grads;
+  // A leaf's gradients are summed until its last incoming edge was processed; then its hooks
+  // run once on the total (as PyTorch's AccumulateGrad runs once all its inputs arrived) and
+  // it is finalised: a leaf used twice in one graph does not see its hooks called per use.
+  // Leaves that are roots themselves (no incoming edge) are finalised after the pass, in
+  // first-arrival order.
+  struct LeafGradient {
+    std::shared_ptr<TensorImpl> leaf;
+    Tensor total;
+    bool finalised = false;
+  };
+  std::vector<LeafGradient> leaf_grads;
   std::unordered_map<const TensorImpl*, size_t> leaf_slot;
+  std::unordered_map<const TensorImpl*, int> leaf_dependencies;
   auto deliver_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
     if (capture && !capture->leaves.count(leaf.get())) return;
     const auto [it, inserted] = leaf_slot.try_emplace(leaf.get(), leaf_grads.size());
     if (inserted) {
-      leaf_grads.emplace_back(leaf, g);
+      leaf_grads.push_back({leaf, g, false});
     } else {
-      Tensor& total = leaf_grads[it->second].second;
+      Tensor& total = leaf_grads[it->second].total;
       total = accumulate(total, g);
     }
   };
+  auto finalise_leaf = [&](LeafGradient& entry) {
+    if (entry.finalised) return;
+    entry.finalised = true;
+    Tensor total = std::move(entry.total);  // released here, not at the end of the pass
+    if (capture) {
+      // heed::grad: the leaf's hooks see (and may replace) its gradient; .grad stays as it is.
+      capture->leaves[entry.leaf.get()] = apply_hooks(entry.leaf->hooks, total);
+    } else {
+      accumulate_into_leaf(*entry.leaf, total);
+    }
+  };
 
-  // Count incoming edges of every reachable node.
+  // Count incoming edges of every reachable node and leaf.
   std::unordered_set<Node*> seen;
   for (const Tensor& root : roots) {
     Node* node = root.grad_fn().get();
@@ -195,6 +244,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
     Node* node = stack.back();
     stack.pop_back();
     for (const Edge& e : node->edges()) {
+      if (e.leaf) ++leaf_dependencies[e.leaf.get()];
       if (!e.node) continue;
       ++dependencies[e.node.get()];
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -249,6 +299,10 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
       }
       if (e.leaf) {
         if (g.defined()) deliver_to_leaf(e.leaf, g);
+        if (--leaf_dependencies[e.leaf.get()] == 0) {
+          auto slot = leaf_slot.find(e.leaf.get());
+          if (slot != leaf_slot.end()) finalise_leaf(leaf_grads[slot->second]);
+        }
         continue;
       }
       Node* next = e.node.get();
@@ -257,13 +311,12 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
     }
   }
 
-  for (const auto& [leaf, g] : leaf_grads) {
-    if (capture) {
-      // heed::grad: the leaf's hooks see (and may replace) its gradient; .grad stays as it is.
-      capture->leaves[leaf.get()] = apply_hooks(leaf->hooks, g);
-    } else {
-      accumulate_into_leaf(*leaf, g);
-    }
+  for (LeafGradient& entry : leaf_grads) finalise_leaf(entry);
+
+  // Callbacks queued during the pass (and by these callbacks), in order.
+  for (size_t i = 0; i < frame.callbacks.size(); ++i) {
+    std::function<void()> callback = std::move(frame.callbacks[i]);
+    callback();
   }
 }
 

@@ -123,6 +123,20 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
 
+// The engine pass the calling thread is running: Backward (backward(): leaves accumulate into
+// .grad), Grad (heed::grad(): .grad untouched) or None. A leaf's hooks run during the pass,
+// as soon as its last gradient arrived (not at the end), so they can start work early.
+enum class EnginePass { None, Backward, Grad };
+EnginePass current_engine_pass();
+// A number identifying the pass the calling thread is running (unique within the process;
+// 0 outside a pass).
+uint64_t current_engine_pass_id();
+// From inside a pass (a gradient hook, on the thread running the pass): runs `callback` on
+// this thread once the pass finished, after every leaf's .grad was written; callbacks run in
+// the order queued (PyTorch's Variable._execution_engine.queue_callback). If the pass throws,
+// its callbacks are dropped. Throws outside a pass.
+void queue_backward_callback(std::function<void()> callback);
+
 // Optional per-node callback after each backward node ran (after the anomaly check, if on).
 using BackwardObserver =
     std::function<void(const Node& node, const Tensor& grad_output, const std::vector<Tensor>& grad_inputs)>;
