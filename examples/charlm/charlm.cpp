@@ -38,6 +38,7 @@ struct Options {
   int64_t seed = 1337, threads = 0, sample_tokens = 300, top_k = 40;
   double lr = 1e-3, min_lr = 1e-4, beta2 = 0.99, weight_decay = 0.1, clip = 1.0, dropout = 0.0, temperature = 0.8;
   std::string attn_scale = "sqrt_dk";
+  std::string dist_overlap = "on";  // under heed-run: reduce gradient buckets during backward
   bool resume = false, sample_only = false;
 };
 
@@ -182,7 +183,11 @@ int run(const Options& o) {
   no_decay.weight_decay = 0.0;
   optim::AdamW optimizer({decay, no_decay}, {.lr = o.lr, .betas = {0.9, o.beta2}});
   std::unique_ptr<dist::DistributedDataParallel> ddp;
-  if (group) ddp = std::make_unique<dist::DistributedDataParallel>(model, group);
+  if (group) {
+    dist::DDPOptions ddp_options;
+    ddp_options.overlap = o.dist_overlap == "on";
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);
+  }
   // The reference's schedule: lr*(it+1)/warmup, then cosine from lr to min_lr.
   auto lr_at = [&](int64_t it) {
     if (it < o.warmup) return o.lr * static_cast<double>(it + 1) / static_cast<double>(o.warmup);
@@ -325,9 +330,11 @@ int run(const Options& o) {
     const double steps = static_cast<double>(std::max<int64_t>(1, o.iters - start));
     std::printf(
         "dist: rank %d of %d, batch %lld per rank; %.1f all_reduces/step, %.0f bytes reduced/step, "
-        "%.2f ms/step in all_reduce (%.1f%% of training time)\n",
+        "%.2f ms/step in all_reduce, %.2f ms/step of it waited for at the end of backward (%.0f%% hidden behind "
+        "backward; overlap %s), %.1f%% of training time waiting\n",
         rank, group->world_size(), static_cast<long long>(rank_batch), c.reductions / steps, c.bytes / steps,
-        1e3 * c.seconds / steps, 100.0 * c.seconds / std::max(train_seconds, 1e-9));
+        1e3 * c.seconds / steps, 1e3 * c.wait_seconds / steps, 100.0 * c.overlap_fraction(), o.dist_overlap.c_str(),
+        100.0 * c.wait_seconds / std::max(train_seconds, 1e-9));
   }
   if (scaler.is_enabled())
     std::printf("fp16 loss scaling: %lld of %lld steps skipped (overflow), final scale %g\n",
@@ -411,6 +418,10 @@ int main(int argc, char** argv) {
   args.add_int("checkpoint-every", &o.checkpoint_every, "checkpoint interval", 1, 100000000);
   args.add_string("checkpoint", &o.checkpoint, "checkpoint path (default OUT_DIR/charlm.ckpt)");
   args.add_flag("resume", &o.resume, "continue training from the checkpoint");
+  args.add_string("dist-overlap", &o.dist_overlap,
+                  "under heed-run: all-reduce gradient buckets on a communication thread during backward (on) or "
+                  "in the gradient hooks (off); results are identical",
+                  {"on", "off"});
   args.add_flag("sample-only", &o.sample_only, "load the checkpoint and only sample");
   args.add_string("prompt", &o.prompt, "text to start sampling from");
   args.add_int("sample-tokens", &o.sample_tokens, "characters to sample", 0, 1000000);
