@@ -278,6 +278,8 @@ int scenario_ddp() {
   dist::DDPOptions options;
   options.first_bucket_bytes = 600;  // several buckets on this tiny model
   options.bucket_bytes = 5000;
+  const char* overlap = std::getenv("HEED_TEST_OVERLAP");
+  options.overlap = !(overlap && std::string(overlap) == "0");
   dist::DistributedDataParallel ddp(model, pg, options);
   optim::AdamW opt(model.parameters(), {.lr = 1e-2, .weight_decay = 0.01});
   const int64_t buckets = static_cast<int64_t>(ddp.bucket_layout().size());
@@ -299,19 +301,24 @@ int scenario_ddp() {
         loss.backward();
       } else {
         loss.backward();
+        // backward() itself ended the round: every bucket reduced, .grad averaged.
+        CHILD_CHECK(ddp.counters().syncs == step + 1, "syncs {} after backward of step {}", ddp.counters().syncs, step);
       }
     }
-    ddp.finish_gradient_sync();  // a no-op here: every parameter got its gradient
+    ddp.finish_gradient_sync();  // a no-op here: the round ended with backward
     nn::clip_grad_norm_(model.parameters(), 10.0);
     opt.step();
   }
   const auto c = ddp.counters();
-  std::printf("ddp world=%d rank=%d buckets=%lld reductions=%lld syncs=%lld bytes=%lld\n", world, rank,
-              static_cast<long long>(buckets), static_cast<long long>(c.reductions), static_cast<long long>(c.syncs),
-              static_cast<long long>(c.bytes));
+  std::printf(
+      "ddp world=%d rank=%d overlap=%d buckets=%lld reductions=%lld syncs=%lld bytes=%lld reduce %.4f s, waited "
+      "%.4f s\n",
+      world, rank, options.overlap ? 1 : 0, static_cast<long long>(buckets), static_cast<long long>(c.reductions),
+      static_cast<long long>(c.syncs), static_cast<long long>(c.bytes), c.seconds, c.wait_seconds);
   CHILD_CHECK(c.syncs == kSteps, "syncs {} != steps {}", c.syncs, kSteps);
   CHILD_CHECK(c.reductions == kSteps * buckets, "reductions {} != steps*buckets {}", c.reductions, kSteps * buckets);
-  std::ofstream out(fs::path(std::getenv("HEED_TEST_OUT")) / fmt::format("params.{}.{}.{}", world, micro, rank));
+  std::ofstream out(fs::path(std::getenv("HEED_TEST_OUT")) /
+                    fmt::format("params.{}.{}.{}{}", world, micro, rank, options.overlap ? "" : ".serial"));
   out.precision(17);
   for (const Tensor& p : model.parameters())
     for (double v : p.to(kFloat64).contiguous().to_vector<double>()) out << v << "\n";
@@ -335,6 +342,68 @@ int scenario_kill() {
     return 3;
   }
   std::fprintf(stderr, "no error although rank 1 died\n");
+  return 0;
+}
+
+// Rank 1 dies before its backward: rank 0's backward must throw the reduction's error (raised
+// on the communication thread, rethrown by backward) instead of hanging.
+int scenario_ddp_kill() {
+  auto pg = dist::init_process_group_from_env();
+  manual_seed(5);
+  SmallNet model;
+  dist::DistributedDataParallel ddp(model, pg);
+  pg->barrier();
+  if (pg->rank() == 1) raise(SIGKILL);
+  Tensor x = randn({4, 8});
+  try {
+    mean(model.forward(x)).backward();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "caught: %s\n", e.what());
+    return 3;
+  }
+  std::fprintf(stderr, "no error although rank 1 died\n");
+  return 0;
+}
+
+// CUDA tensors through a group (HEED_DIST_BACKEND gloo: staged through the host; nccl: NCCL):
+// sum/avg/max all_reduce in float32, float16 and int64, broadcast from the last rank and
+// all_gather, against the values computed here on the CPU.
+int scenario_cuda_collectives() {
+  auto pg = dist::init_process_group_from_env();
+  const int rank = pg->rank(), world = pg->world_size();
+  int64_t checks = 0;
+  auto rank_values = [&](int r, DType dtype) {  // (7,): r*10 + i, with a sign that varies
+    std::vector<double> v;
+    for (int i = 0; i < 7; ++i) v.push_back((r * 10 + i) * (i % 2 ? -1.0 : 1.0));
+    return from_vector(v, {7}).to(dtype);
+  };
+  for (DType dtype : {kFloat32, kFloat16, kInt64}) {
+    for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max}) {
+      if (op == dist::ReduceOp::Avg && dtype == kInt64) continue;
+      Tensor expected = rank_values(0, kFloat64);
+      for (int r = 1; r < world; ++r)
+        expected = op == dist::ReduceOp::Max ? maximum(expected, rank_values(r, kFloat64))
+                                             : expected + rank_values(r, kFloat64);
+      if (op == dist::ReduceOp::Avg) expected = expected * (1.0 / world);
+      Tensor t = rank_values(rank, dtype).to(kCUDA);
+      pg->all_reduce(t, op);
+      CHILD_CHECK(t.device() == kCUDA && t.dtype() == dtype, "all_reduce changed the tensor's device or dtype");
+      const double err = max(abs(t.to(kCPU).to(kFloat64) - expected.to(dtype).to(kFloat64))).item<double>();
+      CHILD_CHECK(err == 0.0, "all_reduce {} {}: max error {}", dist::reduce_op_name(op), dtype_name(dtype), err);
+      ++checks;
+    }
+  }
+  Tensor b = rank_values(rank, kFloat32).to(kCUDA);
+  pg->broadcast(b, world - 1);
+  CHILD_CHECK(max(abs(b.to(kCPU) - rank_values(world - 1, kFloat32))).item<double>() == 0.0, "broadcast");
+  std::vector<Tensor> gathered;
+  pg->all_gather(gathered, rank_values(rank, kFloat32).to(kCUDA));
+  CHILD_CHECK(static_cast<int>(gathered.size()) == world, "all_gather size");
+  for (int r = 0; r < world; ++r) {
+    CHILD_CHECK(gathered[r].device() == kCUDA, "all_gather output on the host");
+    CHILD_CHECK(max(abs(gathered[r].to(kCPU) - rank_values(r, kFloat32))).item<double>() == 0.0, "all_gather {}", r);
+  }
+  std::printf("cuda collectives ok: %lld all_reduce checks\n", static_cast<long long>(checks + 2));
   return 0;
 }
 
@@ -388,6 +457,10 @@ TEST_CASE("dist child: runs one rank of a scenario (only as a child process of t
       code = scenario_ddp();
     else if (name == "kill")
       code = scenario_kill();
+    else if (name == "ddp_kill")
+      code = scenario_ddp_kill();
+    else if (name == "cuda_collectives")
+      code = scenario_cuda_collectives();
     else if (name == "silent")
       code = scenario_silent_peer();
     else
@@ -424,8 +497,8 @@ TEST_CASE("dist: a 1-rank group needs no store and its collectives are identitie
   options.master_port = free_port();
   options.timeout = std::chrono::milliseconds(300);
   CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("could not connect within 300 ms"), Error);
-  options.backend = "nccl";
-  CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("nccl"), Error);
+  options.backend = "nccl2";
+  CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("unknown backend 'nccl2'"), Error);
 }
 
 TEST_CASE(
@@ -473,7 +546,26 @@ TEST_CASE(
       CHECK(worst <= tolerance);
     }
   }
+  // Overlap off (buckets reduced in the hook, on the backward thread): the same bits as the
+  // float32 run above (the last to write params.2.1.*).
+  require_all_ok(
+      run_ranks("ddp", 2, 40.0, {"HEED_TEST_DTYPE=float32", "HEED_TEST_MICRO=1", "HEED_TEST_OVERLAP=0"}, out));
+  CHECK(read_values(out / "params.2.1.0.serial") == read_values(out / "params.2.1.0"));
+  CHECK(read_values(out / "params.2.1.1.serial") == read_values(out / "params.2.1.1"));
   fs::remove_all(out);
+}
+
+TEST_CASE("dist: a peer lost during DDP's backward makes backward throw, naming the lost rank") {
+  if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
+  const auto results = run_ranks("ddp_kill", 2, 20.0);
+  REQUIRE_FALSE(results[0].timed_out);
+  CHECK(WIFSIGNALED(results[1].status));
+  REQUIRE(WIFEXITED(results[0].status));
+  CHECK(WEXITSTATUS(results[0].status) == 3);
+  CHECK(results[0].seconds < 10.0);
+  CHECK(results[0].output.find("all_reduce") != std::string::npos);
+  CHECK(results[0].output.find("rank 1 (pid") != std::string::npos);
+  MESSAGE(results[0].output);
 }
 
 TEST_CASE("dist: a rank killed with SIGKILL mid-collective makes the other fail fast, naming the lost rank") {
@@ -488,6 +580,35 @@ TEST_CASE("dist: a rank killed with SIGKILL mid-collective makes the other fail 
   CHECK(results[0].output.find("rank 0 of 2") != std::string::npos);
   CHECK(results[0].output.find("rank 1 (pid") != std::string::npos);
   MESSAGE(results[0].output);
+}
+
+TEST_CASE("dist: CUDA tensors staged through the host over Gloo, 2 ranks") {
+  if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
+  if (!cuda::is_available()) return heed::test::skip("no CUDA device: " + cuda::unavailable_reason());
+  const auto results = run_ranks("cuda_collectives", 2, 60.0);
+  require_all_ok(results);
+  CHECK(results[0].output.find("cuda collectives ok") != std::string::npos);
+}
+
+TEST_CASE("dist: backend 'nccl' where it cannot run is refused with a clear error") {
+  if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
+  if (dist::is_nccl_available() && cuda::is_available())
+    return heed::test::skip("NCCL and a CUDA device are present: the next case runs the backend");
+  dist::InitOptions options;
+  options.backend = "nccl";
+  CHECK_THROWS_WITH_AS(
+      dist::init_process_group(options),
+      doctest::Contains(dist::is_nccl_available() ? "needs a CUDA device" : "not available in this build"), Error);
+  options.backend = "mpi";
+  CHECK_THROWS_WITH_AS(dist::init_process_group(options), doctest::Contains("unknown backend 'mpi'"), Error);
+}
+
+TEST_CASE("dist: backend 'nccl' on a GPU: a 1-rank group") {
+  if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
+  if (!dist::is_nccl_available()) return heed::test::skip("heed was built without NCCL");
+  if (!cuda::is_available()) return heed::test::skip("no CUDA device: " + cuda::unavailable_reason());
+  // One rank only: heed's CUDA backend uses device 0, and NCCL refuses two ranks on one GPU.
+  require_all_ok(run_ranks("cuda_collectives", 1, 120.0, {"HEED_DIST_BACKEND=nccl"}));
 }
 
 TEST_CASE("dist: a silent peer makes a collective time out (no hang)") {
@@ -542,7 +663,7 @@ struct NetWithUnused : nn::Module {
 };
 }  // namespace
 
-TEST_CASE("dist: DDP on 1 rank: reverse-order bucket layout, finish_gradient_sync for unused parameters, no_sync") {
+TEST_CASE("dist: DDP on 1 rank: reverse-order bucket layout, unused parameters, no_sync, heed::grad refused") {
   if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
   auto pg = dist::init_process_group(dist::InitOptions{});
   manual_seed(3);
@@ -561,18 +682,19 @@ TEST_CASE("dist: DDP on 1 rank: reverse-order bucket layout, finish_gradient_syn
   CHECK((layout[1] == std::vector<size_t>{2}));
   CHECK((layout[2] == std::vector<size_t>{1, 0}));
   Tensor x = randn({5, 4});
-  // The unused parameter never gets a gradient: its bucket (the last) stays pending until
-  // finish; the two complete ones before it were reduced during backward.
+  // The unused parameter never gets a gradient: its bucket (the last) is completed with zeros
+  // when backward ends; the two complete ones before it were launched during backward.
   mean(model.forward(x)).backward();
-  CHECK(ddp.counters().syncs == 0);
-  CHECK(ddp.counters().reductions == 2);
-  ddp.finish_gradient_sync();
   CHECK(ddp.counters().syncs == 1);
   CHECK(ddp.counters().reductions == 3);
   REQUIRE(model.unused.grad().defined());
   CHECK(model.unused.grad().sum().item<double>() == 0.0);
   ddp.finish_gradient_sync();  // nothing pending: a no-op
   CHECK(ddp.counters().reductions == 3);
+  CHECK(ddp.counters().syncs == 1);
+  // heed::grad through the wrapped parameters is refused (it would return local gradients).
+  CHECK_THROWS_WITH_AS(heed::grad({mean(model.forward(x))}, {model.fc1->weight}), doctest::Contains("use backward()"),
+                       Error);
   // no_sync: local accumulation only; the next synchronised backward reduces once.
   ddp.reset_counters();
   model.zero_grad();
@@ -583,7 +705,6 @@ TEST_CASE("dist: DDP on 1 rank: reverse-order bucket layout, finish_gradient_syn
   CHECK(ddp.counters().reductions == 0);
   const Tensor once = model.fc1->weight.grad().clone();
   mean(model.forward(x)).backward();
-  ddp.finish_gradient_sync();
   CHECK(ddp.counters().syncs == 1);
   CHECK(ddp.counters().reductions == 3);
   // Accumulated like without DDP: twice the single gradient (world 1: the average is itself).

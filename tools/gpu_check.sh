@@ -5,6 +5,9 @@
 #  2. tools/gpu_sdpa_vs_torch.py: heed's fused attention against PyTorch's
 #     scaled_dot_product_attention (output and gradients, and speed), through the small
 #     tools/gpu_sdpa_probe.cpp built here against that build directory;
+#  3. heed-bench lm and attn on the GPU;
+#  4. heed::dist with CUDA tensors: a 1-rank NCCL group and 2 ranks over Gloo staged through
+#     the host (tests/test_dist.cpp; a skip counts as a failure here);
 # and prints a short summary table last. Exits non-zero when any check fails, and at once,
 # with a clear message, when no GPU is present.
 #
@@ -102,6 +105,19 @@ if [ -x "$bench" ]; then
     fi
   done
 fi
+
+# ---- 4. heed::dist with CUDA tensors: a 1-rank NCCL group, 2 ranks over Gloo via the host --
+start=$(date +%s)
+dist_log=$(mktemp)
+"$build_dir/tests/heed_tests" --source-file='*test_dist.cpp' \
+  --test-case="dist: CUDA tensors staged*,dist: backend 'nccl' on a GPU*" --no-intro=true 2>&1 | tee "$dist_log"
+dist_rc=${PIPESTATUS[0]}
+# A skip (no Gloo, no NCCL in this build, or no device seen) is a failure here.
+if grep -q "SKIPPED" "$dist_log"; then dist_rc=1; fi
+rm -f "$dist_log"
+summary+=("$(printf '%-44s %-6s %5ss' 'dist: NCCL 1 rank, Gloo-staged 2 ranks' \
+  "$([ $dist_rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)))")
+[ $dist_rc = 0 ] || status=1
 
 echo
 echo "gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"

@@ -2,8 +2,11 @@
 //
 // Invariants: every Gloo call runs inside guarded(), which turns Gloo's exceptions into a
 // heed::Error naming the collective, this rank, the cause and (on one machine) the ranks
-// whose processes are gone; every Gloo call gets the group's timeout; tensors are touched
+// whose processes are gone; every Gloo call gets the group's timeout; CPU tensors are touched
 // through their raw storage only (no autograd, no version bump: parameters are leaves).
+// CUDA tensors go through NCCL when the group was created with backend "nccl"
+// (dist_nccl.cpp), else they are staged through the host: copied to a CPU tensor, reduced
+// over Gloo, copied back (under NoGradGuard).
 #include "heed/dist.h"
 
 #include <arpa/inet.h>
@@ -23,6 +26,8 @@
 #include <map>
 #include <thread>
 
+#include "dist_nccl.h"
+#include "heed/autograd.h"
 #include "heed/error.h"
 #include "heed/ops.h"
 
@@ -54,6 +59,8 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+bool is_nccl_available() { return is_available() && detail::nccl_compiled(); }
+
 std::pair<int64_t, int64_t> chunk_range(int64_t n, int world, int rank) {
   HEED_CHECK(world > 0 && rank >= 0 && rank < world && n >= 0, "dist::chunk_range",
              "bad arguments n={} world={} rank={}", n, world, rank);
@@ -82,8 +89,6 @@ int64_t env_int(const char* name, int64_t fallback, int64_t min, int64_t max) {
 
 [[maybe_unused]] void check_tensor(const Tensor& t, const char* op) {
   HEED_CHECK(t.defined(), op, "undefined tensor");
-  HEED_CHECK(t.device() == kCPU, op, "only CPU tensors are supported (Gloo); got a {} tensor (NCCL: not yet)",
-             t.device() == kCPU ? "CPU" : "CUDA");
   HEED_CHECK(t.is_contiguous(), op, "the tensor must be contiguous (shape {}); call .contiguous() first",
              shape_str(t.shape()));
 }
@@ -99,6 +104,7 @@ std::shared_ptr<ProcessGroup> init_process_group_from_env() {
   options.master_port = static_cast<int>(env_int("HEED_MASTER_PORT", options.master_port, 1, 65535));
   options.hostname = env_or("HEED_HOSTNAME", options.hostname);
   options.prefix = env_or("HEED_DIST_PREFIX", options.prefix);
+  options.backend = env_or("HEED_DIST_BACKEND", options.backend);
   options.timeout =
       std::chrono::milliseconds(env_int("HEED_DIST_TIMEOUT_MS", options.timeout.count(), 1, int64_t{1} << 40));
   return init_process_group(options);
@@ -384,7 +390,8 @@ struct ProcessGroup::Impl {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   uint32_t next_tag = 1;
-  std::string failed;  // the first error; the group is unusable afterwards
+  std::string failed;                              // the first error; the group is unusable afterwards
+  std::unique_ptr<detail::NcclCommunicator> nccl;  // backend "nccl": CUDA tensors go through it
 
   // "; rank 1 (pid 1234) has exited" for the peers on this machine that are gone. A killed
   // peer's sockets close before its process is gone, so this looks again for up to 0.5 s.
@@ -437,8 +444,8 @@ struct ProcessGroup::Impl {
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   const char* op = "dist::init_process_group";
-  HEED_CHECK(options.backend == "gloo", op, "backend '{}' is not available (only 'gloo'; NCCL: not yet)",
-             options.backend);
+  HEED_CHECK(options.backend == "gloo" || options.backend == "nccl", op,
+             "unknown backend '{}' (expected 'gloo', or 'nccl' for CUDA tensors)", options.backend);
   HEED_CHECK(options.world_size >= 1, op, "world_size must be >= 1, got {}", options.world_size);
   HEED_CHECK(options.rank >= 0 && options.rank < options.world_size, op, "rank {} is outside [0, {})", options.rank,
              options.world_size);
@@ -478,6 +485,20 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
                     "connect within {} ms: {}",
                     options.rank, options.world_size, store, options.prefix, options.timeout.count(), e.what()));
   }
+  if (options.backend == "nccl") {
+    // CPU tensors keep going through Gloo; CUDA tensors through NCCL, whose unique id travels
+    // through the same store.
+    gloo::rendezvous::Store& store = *impl->store;
+    const std::chrono::milliseconds timeout = options.timeout;
+    impl->nccl = detail::create_nccl_communicator(
+        options.rank, options.world_size, options.timeout,
+        [&store](const std::string& id) { store.set("heed_nccl_id", std::vector<char>(id.begin(), id.end())); },
+        [&store, timeout]() {
+          store.wait({"heed_nccl_id"}, timeout);
+          const std::vector<char> id = store.get("heed_nccl_id");
+          return std::string(id.begin(), id.end());
+        });
+  }
   return std::make_shared<ProcessGroup>(std::move(impl));
 }
 
@@ -490,7 +511,17 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
   HEED_CHECK(timeout.count() > 0, "dist::ProcessGroup::set_timeout", "timeout must be positive");
   impl_->timeout = timeout;
   impl_->context->setTimeout(timeout);
+  if (impl_->nccl) impl_->nccl->set_timeout(timeout);
 }
+
+namespace {
+// A CUDA tensor's values on the host, for a Gloo collective; copy_back writes them back.
+Tensor staged_on_host(const Tensor& t) { return t.to(kCPU).contiguous(); }
+void copy_back(Tensor& device_tensor, const Tensor& host) {
+  NoGradGuard no_grad;
+  device_tensor.copy_(host);
+}
+}  // namespace
 
 namespace {
 struct Timed {
@@ -507,6 +538,20 @@ void ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   HEED_CHECK(op != ReduceOp::Avg || is_floating(dtype), kOp,
              "avg of a {} tensor is not representable; use sum (and divide yourself)", dtype_name(dtype));
   const int64_t n = tensor.numel();
+  if (tensor.device() != kCPU && !impl_->nccl) {  // Gloo: through the host
+    Tensor host = staged_on_host(tensor);
+    all_reduce(host, op);
+    copy_back(tensor, host);
+    return;
+  }
+  if (tensor.device() != kCPU) {
+    counters_.collectives += 1;
+    counters_.bytes += n * static_cast<int64_t>(tensor.element_size());
+    if (n == 0) return;
+    Timed timed{counters_};
+    impl_->nccl->all_reduce(tensor.raw_data(), n, dtype, op);
+    return;
+  }
   counters_.collectives += 1;
   counters_.bytes += n * static_cast<int64_t>(tensor.element_size());
   if (n == 0) return;
@@ -560,11 +605,21 @@ void ProcessGroup::broadcast(Tensor& tensor, int root) {
   constexpr const char* kOp = "dist::broadcast";
   check_tensor(tensor, kOp);
   HEED_CHECK(root >= 0 && root < impl_->world, kOp, "root {} is outside [0, {})", root, impl_->world);
+  if (tensor.device() != kCPU && !impl_->nccl) {  // Gloo: through the host
+    Tensor host = staged_on_host(tensor);
+    broadcast(host, root);
+    if (impl_->world > 1) copy_back(tensor, host);
+    return;
+  }
   const size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
   counters_.collectives += 1;
   counters_.bytes += static_cast<int64_t>(bytes);
   if (bytes == 0 || impl_->world == 1) return;
   Timed timed{counters_};
+  if (tensor.device() != kCPU) {
+    impl_->nccl->broadcast(tensor.raw_data(), static_cast<int64_t>(bytes), root);
+    return;
+  }
   const uint32_t tag = impl_->next_tag++;
   impl_->guarded("broadcast", [&] {
     gloo::BroadcastOptions opts(impl_->context);
@@ -580,13 +635,23 @@ void ProcessGroup::all_gather(std::vector<Tensor>& out, const Tensor& input) {
   constexpr const char* kOp = "dist::all_gather";
   check_tensor(input, kOp);
   const int world = impl_->world;
+  if (input.device() != kCPU && !impl_->nccl) {  // Gloo: through the host
+    std::vector<Tensor> host_out;
+    all_gather(host_out, staged_on_host(input));
+    out.clear();
+    for (const Tensor& t : host_out) out.push_back(t.to(input.device()));
+    return;
+  }
   const size_t bytes = static_cast<size_t>(input.numel()) * input.element_size();
   counters_.collectives += 1;
   counters_.bytes += static_cast<int64_t>(bytes);
   Dims gathered_shape{world};
   for (int64_t d : input.shape()) gathered_shape.push_back(d);
-  Tensor gathered = empty(gathered_shape, input.dtype());
-  if (bytes > 0) {
+  Tensor gathered = empty(gathered_shape, input.options());
+  if (bytes > 0 && input.device() != kCPU) {
+    Timed timed{counters_};
+    impl_->nccl->all_gather(input.raw_data(), gathered.raw_data(), static_cast<int64_t>(bytes));
+  } else if (bytes > 0) {
     Timed timed{counters_};
     if (world == 1) {
       std::memcpy(gathered.raw_data(), input.raw_data(), bytes);

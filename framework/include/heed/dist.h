@@ -1,4 +1,5 @@
-// heed/dist.h — several processes: process groups and collectives on CPU tensors (Gloo).
+// heed/dist.h — several processes: process groups and collectives on CPU tensors (Gloo) and
+// CUDA tensors (NCCL, or Gloo through the host).
 //
 // Invariants:
 //  * Every rank calls the same collectives in the same order with tensors of the same shape
@@ -6,7 +7,11 @@
 //  * Every collective is bounded by the group's timeout: a dead or silent peer makes it throw
 //    a heed::Error that names the collective, this rank and Gloo's cause; it never hangs.
 //    After such an error the group is unusable (other ranks see their own error).
-//  * Tensors must be contiguous CPU tensors; a collective works in place on their storage.
+//  * Tensors must be contiguous; a collective works in place on their storage. CPU tensors
+//    always go through Gloo. CUDA tensors go through NCCL when the group was created with
+//    backend "nccl" (built with CUDA and NCCL; a CUDA device is needed), otherwise they are
+//    staged through the host (copied to the CPU, reduced over Gloo, copied back), which works
+//    on any build with Gloo but costs two copies per collective.
 //  * float16/bfloat16 are reduced in float32 (converted to float32, reduced, rounded back
 //    once), so a 16-bit sum is as exact as one rounding of the float32 sum.
 //    bool supports sum and max (both mean "logical or"); avg of a bool or integer tensor is
@@ -34,9 +39,14 @@ const char* reduce_op_name(ReduceOp op);
 
 // True when heed was built with Gloo (HEED_HAVE_GLOO).
 bool is_available();
+// True when heed was built with the NCCL backend (CUDA and NCCL found; a device is still
+// needed at run time).
+bool is_nccl_available();
 
 struct InitOptions {
-  std::string backend = "gloo";  // the only one for now (NCCL: not yet)
+  // "gloo", or "nccl": Gloo for CPU tensors plus an NCCL communicator for CUDA tensors (its
+  // unique id exchanged through the same store; each rank uses the current CUDA device).
+  std::string backend = "gloo";
   int rank = 0;
   int world_size = 1;
   // Rendezvous, one of: a directory every rank can reach (a local folder for one machine, a
@@ -100,7 +110,8 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int world, int rank);
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options);
 // From HEED_RANK, HEED_WORLD_SIZE, HEED_STORE_PATH, HEED_MASTER_ADDR, HEED_MASTER_PORT and
-// optionally HEED_HOSTNAME, HEED_DIST_TIMEOUT_MS and HEED_DIST_PREFIX (as set by heed-run).
+// optionally HEED_HOSTNAME, HEED_DIST_TIMEOUT_MS, HEED_DIST_PREFIX and HEED_DIST_BACKEND
+// (gloo or nccl) (as set by heed-run).
 // Without HEED_WORLD_SIZE: a 1-rank group needing no store.
 std::shared_ptr<ProcessGroup> init_process_group_from_env();
 
