@@ -285,16 +285,24 @@ void check_identical(const fs::path& a_root, const fs::path& b_root, int64_t ste
   }
 }
 
-// The uninterrupted 2-rank charlm run every case compares with (run once).
+// The uninterrupted 2-rank charlm run every case compares with (run once; removed at exit).
 const fs::path& charlm_reference() {
-  static const fs::path dir = [] {
-    const fs::path d = fresh_directory("heed_dist_ckpt_ref");
-    const Run r = charlm(d, 2);
-    INFO(r.out, r.err);
-    REQUIRE(r.status == 0);
-    return d;
-  }();
-  return dir;
+  struct Reference {
+    fs::path dir;
+    Reference() : dir(fresh_directory("heed_dist_ckpt_ref")) {
+      const Run run = charlm(dir, 2);
+      INFO(run.out, run.err);
+      REQUIRE(run.status == 0);
+    }
+    ~Reference() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+    Reference(const Reference&) = delete;
+    Reference& operator=(const Reference&) = delete;
+  };
+  static const Reference reference;
+  return reference.dir;
 }
 
 bool examples_can_run() {
