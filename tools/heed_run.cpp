@@ -10,7 +10,9 @@
 // each line a rank prints is copied to our stdout/stderr prefixed "[rank K] ";
 // SIGINT/SIGTERM are forwarded to every rank; when a rank exits non-zero or is killed, the
 // others get SIGTERM, then SIGKILL after --grace seconds, and heed-run exits with that rank's
-// status (128+signal for a signal) after naming it. Usage errors exit 2.
+// status (128+signal for a signal) after naming it; when several ranks fail within 300 ms, one
+// killed by a signal other than SIGPIPE is named as the cause (its peers fail, or die of SIGPIPE
+// writing to its socket, because it died). Usage errors exit 2.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -74,6 +76,10 @@ std::string describe(int status) {
     return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
   return "stopped with wait status " + std::to_string(status);
 }
+
+// Killed by a signal that is not a consequence of a peer's death: SIGPIPE is (a write to the
+// dead peer's socket), so a rank killed by it is not named as the cause when another was killed.
+bool killed_first_hand(int status) { return WIFSIGNALED(status) && WTERMSIG(status) != SIGPIPE; }
 
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -239,25 +245,50 @@ int main(int argc, char** argv) {
         if (result == 0) result = 128 + forwarded;
       }
     }
-    for (Rank& r : ranks) {
-      if (r.exited) continue;
-      int status = 0;
-      if (waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
-      r.exited = true;
-      r.status = status;
-      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && result == 0 && !stopping) {
-        std::fprintf(stderr, "heed-run: rank %d (pid %d) %s; stopping the other ranks\n", r.global,
-                     static_cast<int>(r.pid), describe(status).c_str());
-        result = exit_code_of(status);
-        stopping = true;
-        stop_time = std::chrono::steady_clock::now();
-        for (Rank& other : ranks)
-          if (!other.exited) kill(other.pid, SIGTERM);
-      } else if (failed && stopping) {
-        std::fprintf(stderr, "heed-run: rank %d (pid %d) %s\n", r.global, static_cast<int>(r.pid),
-                     describe(status).c_str());
+    // Reap the ranks that exited. The first failure stops the run; ranks that fail within
+    // kSettle of it are considered with it, and one killed by a signal is named as the cause
+    // (its peers' collectives fail at once when its sockets close, so a peer's non-zero exit
+    // can be reaped first).
+    std::vector<Rank*> failed_now;
+    auto reap = [&] {
+      for (Rank& r : ranks) {
+        if (r.exited) continue;
+        int status = 0;
+        if (waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+        r.exited = true;
+        r.status = status;
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed_now.push_back(&r);
       }
+    };
+    reap();
+    if (!failed_now.empty() && result == 0 && !stopping) {
+      constexpr auto kSettle = std::chrono::milliseconds(300);
+      const auto settle_end = std::chrono::steady_clock::now() + kSettle;
+      auto signalled = [&] {
+        for (Rank* r : failed_now)
+          if (killed_first_hand(r->status)) return r;
+        return static_cast<Rank*>(nullptr);
+      };
+      while (!signalled() && std::chrono::steady_clock::now() < settle_end) {
+        usleep(10 * 1000);
+        reap();
+      }
+      Rank* cause = signalled() ? signalled() : failed_now.front();
+      std::fprintf(stderr, "heed-run: rank %d (pid %d) %s; stopping the other ranks\n", cause->global,
+                   static_cast<int>(cause->pid), describe(cause->status).c_str());
+      result = exit_code_of(cause->status);
+      stopping = true;
+      stop_time = std::chrono::steady_clock::now();
+      for (Rank& other : ranks)
+        if (!other.exited) kill(other.pid, SIGTERM);
+      for (const Rank* r : failed_now)
+        if (r != cause)
+          std::fprintf(stderr, "heed-run: rank %d (pid %d) %s\n", r->global, static_cast<int>(r->pid),
+                       describe(r->status).c_str());
+    } else if (stopping) {
+      for (const Rank* r : failed_now)
+        std::fprintf(stderr, "heed-run: rank %d (pid %d) %s\n", r->global, static_cast<int>(r->pid),
+                     describe(r->status).c_str());
     }
     bool all_exited = true;
     for (const Rank& r : ranks) all_exited = all_exited && r.exited;

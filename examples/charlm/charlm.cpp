@@ -8,7 +8,10 @@
 // Reports the validation loss (mean over 200 batches, as the PyTorch reference does), the
 // training wall time, samples (temperature, top-k, KV cache), a metrics log, SVG pictures,
 // and keeps checkpoints that --resume continues exactly. --amp fp16|bf16 trains under
-// amp::Autocast (fp16 with a GradScaler whose state the checkpoint keeps).
+// amp::Autocast (fp16 with a GradScaler whose state the checkpoint keeps). Under heed-run
+// (several processes) the checkpoint is a directory of collective checkpoints
+// (heed/dist_checkpoint.h): --checkpoint names that directory (default OUT_DIR/checkpoints).
+#include <heed/dist_checkpoint.h>
 #include <heed/heed.h>
 
 #include "dataset.h"
@@ -138,20 +141,27 @@ int run(const Options& o) {
   cli::check_usage(o.warmup <= o.iters, "--warmup {} exceeds --iters {}", o.warmup, o.iters);
   // Several processes (heed-run --nproc N -- charlm ...): HEED_WORLD_SIZE > 1. Every rank
   // draws the same global batch of --batch windows and trains on its slice of --batch/N rows;
-  // DDP averages the gradients, so the run follows the 1-process run. Rank 0 alone writes the
-  // checkpoint (after a barrier); the other ranks write their logs under <out-dir>/rank<K>.
+  // DDP averages the gradients, so the run follows the 1-process run. Checkpoints are collective
+  // (heed/dist_checkpoint.h): rank 0 writes model and optimizer, every rank its RNG state, and
+  // the DONE marker makes a checkpoint count; the other ranks write their logs under
+  // <out-dir>/rank<K>.
   std::shared_ptr<dist::ProcessGroup> group;
   if (const char* world = std::getenv("HEED_WORLD_SIZE"); world && std::string(world) != "1") {
     group = dist::init_process_group_from_env();
     cli::check_usage(o.batch % group->world_size() == 0, "--batch {} must be divisible by the number of ranks {}",
                      o.batch, group->world_size());
     cli::check_usage(device == kCPU, "several processes train on the CPU only (NCCL: not yet)");
+    cli::check_usage(!o.sample_only,
+                     "--sample-only runs in one process: pass --checkpoint <dir>/step_<N>/model.ckpt without heed-run");
   }
   const int rank = group ? group->rank() : 0;
   const int64_t rank_batch = group ? o.batch / group->world_size() : o.batch;
   const std::string out_dir = rank == 0 ? o.out_dir : o.out_dir + "/rank" + std::to_string(rank);
   std::filesystem::create_directories(out_dir);
-  const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/charlm.ckpt" : o.checkpoint;
+  // One process: a checkpoint file. Several: the root of the collective checkpoints.
+  const std::string checkpoint = !o.checkpoint.empty() ? o.checkpoint
+                                 : group               ? o.out_dir + "/checkpoints"
+                                                       : o.out_dir + "/charlm.ckpt";
 
   std::string text;
   if (o.data.empty()) {
@@ -214,27 +224,37 @@ int run(const Options& o) {
   nlohmann::json history = {{"iter", nlohmann::json::array()},      {"train_loss", nlohmann::json::array()},
                             {"eval_iter", nlohmann::json::array()}, {"val_loss", nlohmann::json::array()},
                             {"entropy", nlohmann::json::array()},   {"train_seconds", 0.0}};
-  if (o.resume || o.sample_only) {
+  // Restores model, optimizer, RNG, history and loss scaler from a checkpoint file.
+  auto load = [&](const std::string& path) {
     // The configuration first, so that a checkpoint of another program or other flags is
     // named as such before any tensor is loaded.
-    const nlohmann::json saved_config = io::read_config(checkpoint);
+    const nlohmann::json saved_config = io::read_config(path);
     HEED_CHECK(saved_config.is_object() && saved_config.contains("chars"), "charlm",
-               "{} is not a charlm checkpoint (its configuration has no character table)", checkpoint);
+               "{} is not a charlm checkpoint (its configuration has no character table)", path);
     HEED_CHECK(saved_config == config, "charlm",
                "{} was trained with a different configuration or data; pass the same flags (and --data) to resume",
-               checkpoint);
-    const io::RestoredCheckpoint restored = io::load_checkpoint(checkpoint, model, &optimizer, nullptr);
+               path);
+    const io::RestoredCheckpoint restored = io::load_checkpoint(path, model, &optimizer, nullptr);
     start = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
-    check_history(history, checkpoint);
+    check_history(history, path);
     if (!o.sample_only) {
       // The precision and the loss scaler's state, so that the continued run is exact.
       const std::string trained_amp = history.value("amp", std::string("none"));
-      HEED_CHECK(trained_amp == o.amp, "charlm", "{} was trained with --amp {}; pass the same flag to resume",
-                 checkpoint, trained_amp);
+      HEED_CHECK(trained_amp == o.amp, "charlm", "{} was trained with --amp {}; pass the same flag to resume", path,
+                 trained_amp);
       if (history.contains("grad_scaler")) scaler.load_state_dict(history["grad_scaler"]);
     }
-    std::printf("loaded %s (iteration %lld)\n", checkpoint.c_str(), static_cast<long long>(start));
+    std::printf("loaded %s (iteration %lld)\n", path.c_str(), static_cast<long long>(start));
+  };
+  if (group && o.resume) {
+    // The newest complete checkpoint (DONE marker), saved by as many ranks; then this rank's RNG.
+    const dist::ResumePoint point = dist::resume_checkpoint(*group, checkpoint, load);
+    HEED_CHECK(point.rank_state.value("iteration", int64_t{-1}) == start, "charlm",
+               "{}: rank {}'s state is for iteration {}, the model for {}", point.dir, rank,
+               point.rank_state.value("iteration", int64_t{-1}), start);
+  } else if (o.resume || o.sample_only) {
+    load(checkpoint);
   }
   if (o.sample_only) {
     model.eval();
@@ -248,7 +268,8 @@ int run(const Options& o) {
   diagnostics::AttentionMonitor monitor(model);
   double train_seconds = history["train_seconds"].get<double>();
   double loss_window = 0;
-  int64_t window = 0, skipped_steps = 0;
+  int64_t window = 0, skipped_steps = 0, saves = 0;
+  double save_seconds = 0;  // wall time of the collective checkpoint saves (several processes)
   for (int64_t it = start; it < o.iters; ++it) {
     const double t0 = now_seconds();
     model.train();
@@ -264,6 +285,7 @@ int run(const Options& o) {
       amp::Autocast autocast(amp_dtype);  // no-op without --amp
       loss = F::cross_entropy(model.forward(x.to(device)), y.to(device));
     }
+    dist::kill_point_for_tests(rank, it + 1);  // HEED_TEST_KILL_AT=RANK:STEP (crash tests only)
     optimizer.zero_grad();
     scaler.scale(loss).backward();  // the scaler is a pass-through unless --amp fp16
     scaler.unscale_(optimizer);     // clip the true gradients
@@ -313,8 +335,17 @@ int run(const Options& o) {
       history["train_seconds"] = train_seconds;
       history["amp"] = o.amp;
       history["grad_scaler"] = scaler.state_dict();
-      if (group) group->barrier();  // every rank finished this step
-      if (rank == 0) io::save_checkpoint(checkpoint, model, &optimizer, nullptr, done, config, history);
+      if (group) {  // collective: rank 0's model file, every rank's RNG state, then the DONE marker
+        const double s0 = now_seconds();
+        dist::save_checkpoint(*group, checkpoint, done,
+                              [&](const std::string& path) {
+                                io::save_checkpoint(path, model, &optimizer, nullptr, done, config, history);
+                              },
+                              {{"iteration", done}});
+        save_seconds += now_seconds() - s0;
+        ++saves;
+      } else
+        io::save_checkpoint(checkpoint, model, &optimizer, nullptr, done, config, history);
     }
   }
   progress.finish_line();
@@ -335,6 +366,8 @@ int run(const Options& o) {
         rank, group->world_size(), static_cast<long long>(rank_batch), c.reductions / steps, c.bytes / steps,
         1e3 * c.seconds / steps, 1e3 * c.wait_seconds / steps, 100.0 * c.overlap_fraction(), o.dist_overlap.c_str(),
         100.0 * c.wait_seconds / std::max(train_seconds, 1e-9));
+    std::printf("dist: %lld collective checkpoint saves under %s, %.1f ms each (mean)\n", static_cast<long long>(saves),
+                checkpoint.c_str(), 1e3 * save_seconds / static_cast<double>(std::max<int64_t>(saves, 1)));
   }
   if (scaler.is_enabled())
     std::printf("fp16 loss scaling: %lld of %lld steps skipped (overflow), final scale %g\n",
@@ -416,7 +449,9 @@ int main(int argc, char** argv) {
   args.add_int("final-eval-batches", &o.final_eval_batches, "batches for the final validation loss", 1, 100000);
   args.add_int("log-every", &o.log_every, "metrics-log interval", 1, 100000000);
   args.add_int("checkpoint-every", &o.checkpoint_every, "checkpoint interval", 1, 100000000);
-  args.add_string("checkpoint", &o.checkpoint, "checkpoint path (default OUT_DIR/charlm.ckpt)");
+  args.add_string("checkpoint", &o.checkpoint,
+                  "checkpoint path (default OUT_DIR/charlm.ckpt; under heed-run the checkpoint directory, default "
+                  "OUT_DIR/checkpoints)");
   args.add_flag("resume", &o.resume, "continue training from the checkpoint");
   args.add_string("dist-overlap", &o.dist_overlap,
                   "under heed-run: all-reduce gradient buckets on a communication thread during backward (on) or "

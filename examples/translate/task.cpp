@@ -167,8 +167,10 @@ Batch make_batch(const std::vector<Pair>& pairs, const std::vector<size_t>& rows
   return batch;
 }
 
-Batch random_batch(const Task& task, int64_t size) {
-  const Tensor picks = randint(0, static_cast<int64_t>(task.corpus.train.size()), {size});
+Batch random_batch(const Task& task, int64_t size) { return random_batch(task, size, default_generator()); }
+
+Batch random_batch(const Task& task, int64_t size, Generator& generator) {
+  const Tensor picks = randint(0, static_cast<int64_t>(task.corpus.train.size()), {size}, generator);
   std::vector<size_t> rows;
   for (int64_t r : picks.to_vector<int64_t>()) rows.push_back(static_cast<size_t>(r));
   return make_batch(task.corpus.train, rows, task.source, task.target);
@@ -214,14 +216,28 @@ Trainer::Trainer(nn::Transformer& model, const Task& task, const TrainOptions& o
 
 Trainer::StepResult Trainer::step(const std::function<void()>& after_backward) {
   model_.train();
-  const Batch batch = random_batch(task_, options_.batch_size);
+  Batch batch = options_.batch_generator ? random_batch(task_, options_.batch_size, *options_.batch_generator)
+                                         : random_batch(task_, options_.batch_size);
+  double weight = 1.0;  // this rank's share of the global batch's loss, times shards
+  if (options_.shards > 1) {
+    const int64_t rows = options_.batch_size / options_.shards, first = options_.shard * rows;
+    const int64_t global_tokens = batch.target_tokens;
+    // Same padded lengths on every rank: (rows, S), (rows, T), (rows, T).
+    batch.src = batch.src.narrow(0, first, rows).contiguous();
+    batch.tgt_in = batch.tgt_in.narrow(0, first, rows).contiguous();
+    batch.tgt_out = batch.tgt_out.narrow(0, first, rows).contiguous();
+    const std::vector<int64_t> out_ids = batch.tgt_out.to_vector<int64_t>();
+    batch.target_tokens =
+        static_cast<int64_t>(std::count_if(out_ids.begin(), out_ids.end(), [](int64_t id) { return id != kPad; }));
+    weight = static_cast<double>(options_.shards * batch.target_tokens) / static_cast<double>(global_tokens);
+  }
   Tensor loss;
   {
     amp::Autocast autocast(options_.amp);  // no-op when options_.amp is std::nullopt
     loss = batch_loss(model_, batch, options_.label_smoothing);
   }
   optimizer_->zero_grad();
-  scaler_.scale(loss).backward();  // a pass-through unless float16
+  scaler_.scale(options_.shards > 1 ? loss * weight : loss).backward();  // a pass-through unless float16
   scaler_.unscale_(*optimizer_);
   if (after_backward) after_backward();
   StepResult r;

@@ -78,8 +78,9 @@ struct Batch {
 };
 Batch make_batch(const std::vector<Pair>& pairs, const std::vector<size_t>& rows, const Vocab& source,
                  const Vocab& target);
-// A batch of `size` random training rows drawn with the default generator.
+// A batch of `size` random training rows drawn with the default generator (or `generator`).
 Batch random_batch(const Task& task, int64_t size);
+Batch random_batch(const Task& task, int64_t size, heed::Generator& generator);
 
 // Token-level cross entropy of a batch (label smoothing as given).
 heed::Tensor batch_loss(const heed::nn::Transformer& model, const Batch& batch, double label_smoothing);
@@ -104,6 +105,13 @@ struct TrainOptions {
   // Mixed precision: the forward pass and the loss run under amp::Autocast with this dtype
   // (float32 master weights); float16 adds dynamic loss scaling. std::nullopt: float32.
   std::optional<heed::DType> amp = std::nullopt;
+  // Data parallelism (heed-run + DDP): every rank draws the same global batch of batch_size rows
+  // from `batch_generator` (null: the default generator) and trains on its rows
+  // [shard * batch_size / shards, (shard + 1) * batch_size / shards) (batch_size must be divisible
+  // by shards). Its token-mean loss is weighted by shards * (its target tokens / the global
+  // batch's), so DDP's average of the gradients is the gradient of the global batch's loss.
+  heed::Generator* batch_generator = nullptr;
+  int64_t shard = 0, shards = 1;
 };
 
 // AdamW (decay on weight matrices only) with warmup + cosine decay and global-norm clipping;
@@ -112,7 +120,7 @@ class Trainer {
  public:
   Trainer(heed::nn::Transformer& model, const Task& task, const TrainOptions& options);
   struct StepResult {
-    double loss = 0, grad_norm = 0, lr = 0;
+    double loss = 0, grad_norm = 0, lr = 0;  // loss: this rank's rows' token mean (unweighted)
     int64_t target_tokens = 0;
     bool stepped = true;  // false: a float16 gradient overflowed and the update was skipped
   };

@@ -2,11 +2,21 @@
 // on the synthetic German -> English corpus, then reports test BLEU and exact match with
 // greedy and beam-search decoding (KV cache), sample translations, a metrics log and SVG
 // pictures. `--translate "..."` translates a sentence with a saved checkpoint.
+//
+// Under heed-run (HEED_WORLD_SIZE > 1) it trains data-parallel as charlm does: every rank draws
+// the same global batch of --batch-size pairs from a batch generator all ranks share and trains
+// on its --batch-size/N rows (DDP averages the token-weighted gradients, so one step follows the
+// 1-process step on the same global batch); dropout draws from the default generator, seeded
+// per rank. Checkpoints are collective (heed/dist_checkpoint.h): --checkpoint names their
+// directory (default OUT_DIR/checkpoints); ranks other than 0 write logs under OUT_DIR/rank<K>.
+#include <heed/dist_checkpoint.h>
 #include <heed/heed.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include "task.h"
@@ -84,8 +94,22 @@ int run(const Options& o) {
                                          : o.amp == "bf16" ? std::optional<DType>(kBFloat16)
                                                            : std::nullopt;
   cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
-  std::filesystem::create_directories(o.out_dir);
-  const std::string checkpoint = o.checkpoint.empty() ? o.out_dir + "/translate.ckpt" : o.checkpoint;
+  // Several processes (heed-run --nproc N -- translate ...): DDP over a process group.
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (const char* world = std::getenv("HEED_WORLD_SIZE");
+      world && std::string(world) != "1" && o.translate_text.empty()) {
+    group = dist::init_process_group_from_env();
+    cli::check_usage(o.batch_size % group->world_size() == 0,
+                     "--batch-size {} must be divisible by the number of ranks {}", o.batch_size, group->world_size());
+    cli::check_usage(device == kCPU, "several processes train on the CPU only (NCCL: not yet)");
+  }
+  const int rank = group ? group->rank() : 0;
+  const std::string out_dir = rank == 0 ? o.out_dir : o.out_dir + "/rank" + std::to_string(rank);
+  std::filesystem::create_directories(out_dir);
+  // One process: a checkpoint file. Several: the root of the collective checkpoints.
+  const std::string checkpoint = !o.checkpoint.empty() ? o.checkpoint
+                                 : group               ? o.out_dir + "/checkpoints"
+                                                       : o.out_dir + "/translate.ckpt";
 
   // ---- translate a sentence with a trained checkpoint ---------------------------------------
   if (!o.translate_text.empty()) {
@@ -122,6 +146,13 @@ int run(const Options& o) {
   mc.attn_scale = o.attn_scale;
   auto model = translate::build_model(mc, task.source, task.target);
   model->to(device);
+  // Several processes: the global batches come from a generator every rank shares (a copy of the
+  // default generator after initialisation, so with --dropout 0 the batches are those of the
+  // 1-process run), dropout from the default generator reseeded per rank (distinct masks).
+  Generator batch_generator(default_generator());
+  if (group) manual_seed(static_cast<uint64_t>(o.seed) * 1000003u + 7919u * static_cast<uint64_t>(rank + 1));
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (group) ddp = std::make_unique<dist::DistributedDataParallel>(*model, group);
   translate::Trainer trainer(*model, task,
                              {.batch_size = o.batch_size,
                               .steps = o.steps,
@@ -131,7 +162,10 @@ int run(const Options& o) {
                               .weight_decay = o.weight_decay,
                               .label_smoothing = o.label_smoothing,
                               .clip = o.clip,
-                              .amp = amp_dtype});
+                              .amp = amp_dtype,
+                              .batch_generator = group ? &batch_generator : nullptr,
+                              .shard = rank,
+                              .shards = group ? group->world_size() : 1});
   optim::Optimizer& optimizer = trainer.optimizer();
   optim::LRScheduler& scheduler = trainer.scheduler();
   const nlohmann::json config = {
@@ -154,22 +188,34 @@ int run(const Options& o) {
                             {"eval_step", nlohmann::json::array()},
                             {"val_loss", nlohmann::json::array()},
                             {"entropy", nlohmann::json::array()}};
-  if (o.resume) {
-    const io::RestoredCheckpoint restored = io::load_checkpoint(checkpoint, *model, &optimizer, &scheduler);
+  auto load = [&](const std::string& path) {
+    const io::RestoredCheckpoint restored = io::load_checkpoint(path, *model, &optimizer, &scheduler);
     HEED_CHECK(restored.config == config, "translate",
-               "{} was trained with a different configuration; pass the same flags to resume", checkpoint);
+               "{} was trained with a different configuration; pass the same flags to resume", path);
     start_step = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
-    check_history(history, checkpoint);
+    check_history(history, path);
     // The precision and the loss scaler's state, so that the continued run is exact.
     const std::string trained_amp = history.value("amp", std::string("none"));
-    HEED_CHECK(trained_amp == o.amp, "translate", "{} was trained with --amp {}; pass the same flag to resume",
-               checkpoint, trained_amp);
+    HEED_CHECK(trained_amp == o.amp, "translate", "{} was trained with --amp {}; pass the same flag to resume", path,
+               trained_amp);
     if (history.contains("grad_scaler")) trainer.scaler().load_state_dict(history["grad_scaler"]);
-    std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(start_step));
+    std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(start_step));
+  };
+  if (group && o.resume) {
+    // The newest complete checkpoint (DONE marker); this rank's dropout RNG and the shared
+    // batch generator (the data position) from its rank file.
+    const dist::ResumePoint point = dist::resume_checkpoint(*group, checkpoint, load);
+    const io::JsonFields state(point.rank_state, "translate", point.dir + " (rank state)");
+    HEED_CHECK(state.integer("step") == start_step, "translate", "{}: rank {}'s state is for step {}, the model for {}",
+               point.dir, rank, state.integer("step"), start_step);
+    const io::JsonFields batches = state.object("batch_rng");
+    batch_generator.set_state(batches.unsigned_integer("seed"), batches.unsigned_integer("offset"));
+  } else if (o.resume) {
+    load(checkpoint);
   }
 
-  report::MetricsLog log(o.out_dir + "/metrics.jsonl", o.resume);
+  report::MetricsLog log(out_dir + "/metrics.jsonl", o.resume);
   report::Progress progress(o.log_every);
   diagnostics::AttentionMonitor monitor(*model);
   const translate::Batch probe =
@@ -179,7 +225,8 @@ int run(const Options& o) {
   int64_t window_steps = 0, skipped_steps = 0;
   double train_seconds = 0;
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
-    const translate::Trainer::StepResult r = trainer.step();
+    const translate::Trainer::StepResult r =
+        trainer.step([&] { dist::kill_point_for_tests(rank, step); });  // HEED_TEST_KILL_AT (crash tests)
     const double loss_value = r.loss, norm = r.grad_norm;
     tokens_seen += static_cast<double>(r.target_tokens);
     loss_window += loss_value;
@@ -221,7 +268,15 @@ int run(const Options& o) {
     if (step % o.checkpoint_every == 0 || step == o.steps) {
       history["amp"] = o.amp;
       history["grad_scaler"] = trainer.scaler().state_dict();
-      io::save_checkpoint(checkpoint, *model, &optimizer, &scheduler, step, config, history);
+      auto save = [&](const std::string& path) {
+        io::save_checkpoint(path, *model, &optimizer, &scheduler, step, config, history);
+      };
+      if (group)  // collective: rank 0's model file, every rank's RNG states, then the DONE marker
+        dist::save_checkpoint(
+            *group, checkpoint, step, save,
+            {{"step", step}, {"batch_rng", {{"seed", batch_generator.seed()}, {"offset", batch_generator.offset()}}}});
+      else
+        save(checkpoint);
     }
   }
   progress.finish_line();
@@ -268,7 +323,7 @@ int run(const Options& o) {
     losses[1].x.push_back(history["eval_step"][i].get<double>());
     losses[1].y.push_back(history["val_loss"][i].get<double>());
   }
-  report::svg::line_chart(o.out_dir + "/loss.svg", "toy translation: loss", losses, "step", "cross entropy", true);
+  report::svg::line_chart(out_dir + "/loss.svg", "toy translation: loss", losses, "step", "cross entropy", true);
   std::vector<report::svg::Series> entropy_series;
   for (size_t i = 0; i < history["eval_step"].size(); ++i) {
     const auto& e = history["entropy"][i];
@@ -281,10 +336,10 @@ int run(const Options& o) {
       entropy_series[l].y.push_back(e[l].get<double>());
     }
   }
-  report::svg::line_chart(o.out_dir + "/entropy.svg", "mean attention entropy per layer (nats)", entropy_series, "step",
+  report::svg::line_chart(out_dir + "/entropy.svg", "mean attention entropy per layer (nats)", entropy_series, "step",
                           "entropy");
-  attention_pictures(*model, task, task.corpus.test[0], o.out_dir + "/attention.svg");
-  std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", o.out_dir.c_str(),
+  attention_pictures(*model, task, task.corpus.test[0], out_dir + "/attention.svg");
+  std::printf("wrote %s/{metrics.jsonl, loss.svg, entropy.svg, attention.svg} and %s\n", out_dir.c_str(),
               checkpoint.c_str());
   return 0;
 }
@@ -320,7 +375,9 @@ int main(int argc, char** argv) {
   args.add_int("eval-every", &o.eval_every, "validation interval (steps)", 1, 10000000);
   args.add_int("log-every", &o.log_every, "metrics-log interval (steps)", 1, 10000000);
   args.add_int("checkpoint-every", &o.checkpoint_every, "checkpoint interval (steps)", 1, 10000000);
-  args.add_string("checkpoint", &o.checkpoint, "checkpoint path (default OUT_DIR/translate.ckpt)");
+  args.add_string("checkpoint", &o.checkpoint,
+                  "checkpoint path (default OUT_DIR/translate.ckpt; under heed-run the checkpoint directory, default "
+                  "OUT_DIR/checkpoints)");
   args.add_flag("resume", &o.resume, "continue training from the checkpoint");
   args.add_string("translate", &o.translate_text, "translate this German text with the checkpoint and exit");
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
