@@ -403,7 +403,32 @@ int scenario_cuda_collectives() {
     CHILD_CHECK(gathered[r].device() == kCUDA, "all_gather output on the host");
     CHILD_CHECK(max(abs(gathered[r].to(kCPU) - rank_values(r, kFloat32))).item<double>() == 0.0, "all_gather {}", r);
   }
-  std::printf("cuda collectives ok: %lld all_reduce checks\n", static_cast<long long>(checks + 2));
+  // DDP with CUDA parameters (CUDA buckets, reduced in the hooks): the same averaged
+  // gradients as DDP on the CPU copy of the model, each rank on its own rows.
+  manual_seed(7);
+  SmallNet cpu_model, cuda_model;
+  {
+    NoGradGuard no_grad;
+    auto cpu_params = cpu_model.parameters(), cuda_params = cuda_model.parameters();
+    for (size_t i = 0; i < cpu_params.size(); ++i) cuda_params[i].copy_(cpu_params[i]);
+  }
+  cuda_model.to(kCUDA);
+  dist::DistributedDataParallel cpu_ddp(cpu_model, pg), cuda_ddp(cuda_model, pg);
+  manual_seed(100 + rank);
+  Tensor x = randn({4, 8});
+  mean(cpu_model.forward(x)).backward();
+  mean(cuda_model.forward(x.to(kCUDA))).backward();
+  CHILD_CHECK(cuda_ddp.counters().syncs == 1 && cuda_ddp.counters().reductions >= 1, "CUDA DDP did not reduce");
+  auto cpu_params = cpu_model.parameters(), cuda_params = cuda_model.parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    const Tensor g = cuda_params[i].grad();
+    CHILD_CHECK(g.defined() && g.device() == kCUDA, "CUDA DDP: parameter {} has no CUDA gradient", i);
+    const double scale = std::max(1e-30, max(abs(cpu_params[i].grad())).item<double>());
+    const double err = max(abs(g.to(kCPU) - cpu_params[i].grad())).item<double>() / scale;
+    CHILD_CHECK(err < 1e-5, "CUDA DDP: parameter {} gradient differs from the CPU DDP's by {} (relative)", i, err);
+  }
+  std::printf("cuda collectives ok: %lld all_reduce checks, DDP on CUDA parameters\n",
+              static_cast<long long>(checks + 2));
   return 0;
 }
 
