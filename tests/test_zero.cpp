@@ -261,7 +261,8 @@ TEST_CASE("zero child: runs one rank of a scenario (only as a child process of t
 
 TEST_CASE(
     "zero: DDP + ZeRO-1 and ZeRO-1 with its own gradient averaging on 2 and 3 ranks equal 1 rank with plain AdamW "
-    "over 50 steps (GradScaler, clipping); state per rank ~ 1/world; the consolidated state equals AdamW's") {
+    "over 50 steps (GradScaler, clipping; 3 ranks in float64 only); state per rank ~ 1/world; the consolidated state "
+    "equals AdamW's") {
   if (!dist::is_available()) return heed::test::skip("heed was built without Gloo (HEED_DIST=OFF)");
   const fs::path out = heed::test::fresh_directory("heed_zero");
   for (const std::string dtype : {"float64", "float32"}) {
@@ -279,6 +280,7 @@ TEST_CASE(
     CHECK(full_bytes == 1476 * 2 * (dtype == "float64" ? 8 : 4));
     for (const std::string mode : {"ddp", "reduce"}) {
       for (int world : {2, 3}) {
+        if (world == 3 && dtype == "float32") continue;  // 3 ranks: float64 only (CI time)
         CAPTURE(mode);
         CAPTURE(world);
         const auto results = heed::test::run_ranks(kChildCase, kScenarioVariable, "train", world, 40.0,
