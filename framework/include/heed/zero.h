@@ -99,7 +99,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // one process would hold it); on the other ranks an empty OptimizerState.
   optim::OptimizerState consolidate_state_dict(int to = 0);
 
-  struct Prepared;
+  struct Prepared;  // construction detail (the validated, resolved groups and the probe optimizer)
 
  protected:
   nlohmann::json options_json() const override;
