@@ -29,3 +29,4 @@
 #include "heed/shape.h"         // IWYU pragma: export
 #include "heed/tensor.h"        // IWYU pragma: export
 #include "heed/version.h"       // IWYU pragma: export
+#include "heed/zero.h"          // IWYU pragma: export

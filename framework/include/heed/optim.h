@@ -70,8 +70,9 @@ class Optimizer {
   // The state of parameter `index` of group `group` (empty before its first update).
   const ParamState& state(size_t group, size_t index) const;
 
-  OptimizerState state_dict() const;
-  void load_state_dict(const OptimizerState& state);
+  // Virtual: a wrapper (dist::ZeroRedundancyOptimizer) gives its own (sharded) state.
+  virtual OptimizerState state_dict() const;
+  virtual void load_state_dict(const OptimizerState& state);
 
  protected:
   Optimizer(const char* name, std::vector<ParamGroup> groups, double default_lr, double default_weight_decay);
