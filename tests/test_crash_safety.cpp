@@ -336,28 +336,39 @@ void kill_and_resume(const KilledRun& run, std::mt19937_64& rng, uint64_t seed) 
   std::sort(targets.begin(), targets.end());
   const double step_ms = run_ms / static_cast<double>(run.steps);
   int kills = 0, mid_write = 0;
+  bool finished = false;
   for (const int64_t target : targets) {
     Child child(run.args(crash_dir, fs::exists(checkpoint)));
     ++starts;
     const auto deadline = Clock::now() + kTimeout;
     while (child.running() && step_on_disk(checkpoint) < target && Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    REQUIRE_MESSAGE(child.running(), "the run ended before its checkpoint of step ", target, " was seen");
+    if (!child.running()) {
+      // It ran to the end between two polls (a loaded machine): fewer kills, still checked.
+      REQUIRE(child.exited_normally_with(0));
+      finished = true;
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(
         static_cast<int64_t>(std::uniform_real_distribution<double>(0.0, 1.0)(rng) * step_ms * 1000.0)));
     child.kill_now();
+    if (child.exited_normally_with(0)) {
+      finished = true;
+      break;
+    }
     REQUIRE(child.killed());
     ++kills;
     mid_write += !temporaries(crash_dir, run.checkpoint_name).empty();
     check_on_disk();
   }
-  {
+  if (!finished) {
     Child last(run.args(crash_dir, fs::exists(checkpoint)));
     ++starts;
     REQUIRE(last.wait_until_exit(kTimeout));
     REQUIRE(last.exited_normally_with(0));
   }
-  MESSAGE(run.label, ", seed ", seed, ": uninterrupted run ", run_ms, " ms; kills at or after steps ",
+  CHECK(kills >= 1);
+  MESSAGE(run.label, ", seed ", seed, ": uninterrupted run ", run_ms, " ms; ", kills, " kills at or after steps ",
           fmt::format("{}", fmt::join(targets, " ")), " (", mid_write, " with a temporary left)",
           std::string(run.kill_in_write_at >= 0 ? " + 1 inside the write of checkpoint " : ""),
           run.kill_in_write_at >= 0 ? std::to_string(run.kill_in_write_at) : std::string(), ", ", starts,
