@@ -3,7 +3,9 @@
 // autocast and its values against float64 loops on the rounded inputs, gradients reaching
 // float32 master weights, the per-scope cast cache (one conversion per weight, invalidated
 // by in-place updates), GradScaler (overflow skips and backoff, growth, unscale_, misuse,
-// state dict) and bf16/fp16 training of a small Transformer LM tracking float32 training.
+// state dict), fp16 training without loss scaling underflowing (zero gradients, a stalled
+// loss) where the scaled run trains, and bf16/fp16 training of a small Transformer LM tracking
+// float32 training.
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 
@@ -617,6 +619,81 @@ TEST_CASE("GradScaler: a float16 gradient overflow skips the step, backs off, an
   CHECK(scaler.step(optimizer));
   scaler.update();
   CHECK(isfinite_all(r.model->weight));
+}
+
+namespace {
+
+// A regression whose per-example gradients are tiny: y = x w_true with |x| <= 1 and
+// |w_true| <= 1e-5 over 8 features, so |y| <= 8e-5, and the gradient of mean((pred - y)^2)
+// with respect to each prediction, 2 (pred - y) / 8192, is at most 2e-8 at the start: below
+// half the smallest float16 subnormal (2^-25, about 3e-8), so it rounds to zero.
+// Trains `steps` Adam steps (weight decay 0: a zero gradient moves nothing) from zero weights;
+// `mode`: "fp32" (no autocast), "fp16" (autocast, no loss scaling) or "fp16+scaler".
+struct TinyGradientRun {
+  std::vector<double> losses;
+  std::vector<double> weight_grad_max;  // max |dL/dw| after unscaling, per step
+  std::vector<double> final_weight;
+};
+
+TinyGradientRun train_tiny_gradients(const std::string& mode, int steps) {
+  Generator gen(77);
+  const Tensor x = uniform({8192, 8}, -1.0, 1.0, gen);      // (N,F)
+  const Tensor w_true = uniform({8, 1}, -1e-5, 1e-5, gen);  // (F,1)
+  const Tensor y = matmul(x, w_true);                       // (N,1)
+  nn::Linear model(8, 1);
+  {
+    NoGradGuard no_grad;
+    model.weight.zero_();
+    model.bias.zero_();
+  }
+  optim::Adam optimizer(model.parameters(), {.lr = 5e-7});
+  amp::GradScaler scaler({.enabled = mode == "fp16+scaler"});
+  TinyGradientRun run;
+  for (int it = 0; it < steps; ++it) {
+    Tensor loss;
+    {
+      amp::Autocast autocast(mode == "fp32" ? std::nullopt : std::optional<DType>(kFloat16));
+      const Tensor diff = model.forward(x) - y;  // (N,1); fp16 predictions under autocast
+      loss = mean(diff * diff);
+    }
+    optimizer.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.unscale_(optimizer);
+    run.weight_grad_max.push_back(max_abs(values(model.weight.grad())));
+    scaler.step(optimizer);
+    scaler.update();
+    run.losses.push_back(loss.item<double>());
+  }
+  run.final_weight = values(model.weight);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("fp16 training without loss scaling underflows (zero gradients, the loss stalls); GradScaler trains") {
+  constexpr int kSteps = 60;
+  const TinyGradientRun fp32 = train_tiny_gradients("fp32", kSteps);
+  const TinyGradientRun unscaled = train_tiny_gradients("fp16", kSteps);
+  const TinyGradientRun scaled = train_tiny_gradients("fp16+scaler", kSteps);
+  // float32 has the range: the gradients are small but not zero, and the loss falls.
+  CHECK(fp32.weight_grad_max[0] > 0);
+  CHECK(fp32.losses.back() < 0.1 * fp32.losses.front());
+  // float16 without scaling: every gradient of the predictions rounds to zero, so every weight
+  // gradient is exactly zero, the weights never move and the loss stays where it started.
+  for (int i = 0; i < kSteps; ++i) {
+    CAPTURE(i);
+    CHECK(unscaled.weight_grad_max[static_cast<size_t>(i)] == 0.0);
+    CHECK(unscaled.losses[static_cast<size_t>(i)] == unscaled.losses[0]);
+  }
+  CHECK(max_abs(unscaled.final_weight) == 0.0);
+  // float16 with GradScaler (2^16): the scaled gradients are representable, the unscaled
+  // float32 gradients match float32's order, and the loss falls as in float32.
+  CHECK(scaled.weight_grad_max[0] > 0.5 * fp32.weight_grad_max[0]);
+  CHECK(scaled.weight_grad_max[0] < 2.0 * fp32.weight_grad_max[0]);
+  CHECK(scaled.losses.back() < 0.1 * scaled.losses.front());
+  MESSAGE("loss after ", kSteps, " steps / first loss: fp32 ", fp32.losses.back() / fp32.losses.front(),
+          ", fp16 unscaled ", unscaled.losses.back() / unscaled.losses.front(), ", fp16 + GradScaler ",
+          scaled.losses.back() / scaled.losses.front());
 }
 
 TEST_CASE("GradScaler: growth after growth_interval clean steps; an overflow resets the count") {

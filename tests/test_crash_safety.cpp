@@ -2,12 +2,21 @@
 //  * checkpoint writes are atomic: a child process (this test binary, re-executed in writer
 //    mode) rewrites a large checkpoint in a loop and is killed at random moments, most of them
 //    in the middle of a write; the checkpoint on disk must always load, be one whole version
-//    (never a mix of two), and never go back to an older version.
-//  * the charlm example, killed with SIGKILL at random moments and resumed from its last
-//    checkpoint (--resume) until it finishes, ends with parameters, optimizer state, step and
-//    RNG state bit-identical to an uninterrupted run of the same length; after every kill the
-//    checkpoint on disk loads into a model built from its own config.
-// The random delays come from a seed printed with the results (HEED_CRASH_SEED replays one).
+//    (never a mix of two), and never go back to an older version; the temporary a killed
+//    writer leaves is removed by the next writer's first save.
+//  * the examples, killed with SIGKILL and resumed from their last checkpoint (--resume) until
+//    they finish, end with parameters, optimizer and scheduler state, step, RNG state and loss
+//    scaler state bit-identical to an uninterrupted run of the same length: charlm in fp32 on
+//    1 thread, charlm with --amp fp16 (GradScaler) on 2 threads, translate on 2 threads. The
+//    last two are first killed inside a checkpoint write on purpose (the test-only
+//    HEED_TEST_KILL_DURING_CHECKPOINT_WRITE hook of layers/src/checkpoint.cpp: half the file
+//    written to the temporary, then SIGKILL), then at random moments. After every kill the
+//    checkpoint on disk loads into a model built from its own config and never goes back in
+//    time; after the resumed run no temporary file is left.
+// The kill points come from a fixed seed printed with the results (HEED_CRASH_SEED=<n> picks
+// another): for the examples, the steps after whose checkpoint each start is killed and a
+// delay within about one step; for the writer, delays. Where within a step a kill lands still
+// depends on timing. Under a sanitizer the runs are slower and the test kills fewer times.
 #include <doctest/doctest.h>
 
 #include <heed/heed.h>
@@ -18,16 +27,31 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "test_skip.h"
+#ifdef HEED_TRANSLATE_EXE
+#include "task.h"  // examples/translate: rebuilds a model from a checkpoint's config
+#endif
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HEED_TEST_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HEED_TEST_UNDER_SANITIZER 1
+#endif
+#endif
 
 extern char** environ;
 
@@ -37,6 +61,13 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kWriterDirVariable = "HEED_CRASH_WRITER_DIR";
+
+// Under a sanitizer every run is several times slower: fewer kills keep the test short.
+#ifdef HEED_TEST_UNDER_SANITIZER
+constexpr bool kUnderSanitizer = true;
+#else
+constexpr bool kUnderSanitizer = false;
+#endif
 
 using Clock = std::chrono::steady_clock;
 
@@ -91,6 +122,7 @@ class Child {
   }
   bool exited_normally_with(int code) const { return exited_ && WIFEXITED(status_) && WEXITSTATUS(status_) == code; }
   bool killed() const { return exited_ && WIFSIGNALED(status_) && WTERMSIG(status_) == SIGKILL; }
+  pid_t pid() const { return pid_; }
 
  private:
   void wait_for_exit() {
@@ -106,9 +138,13 @@ class Child {
   int status_ = 0;
 };
 
+// The kill delays come from a fixed seed (printed with the results); HEED_CRASH_SEED=<n>
+// replays or varies them.
+constexpr uint64_t kDefaultCrashSeed = 20261130;
+
 std::mt19937_64 make_rng(uint64_t* seed_out) {
-  const char* fixed = std::getenv("HEED_CRASH_SEED");
-  const uint64_t seed = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
+  const char* chosen = std::getenv("HEED_CRASH_SEED");
+  const uint64_t seed = chosen ? std::strtoull(chosen, nullptr, 10) : kDefaultCrashSeed;
   *seed_out = seed;
   return std::mt19937_64(seed);
 }
@@ -118,18 +154,6 @@ fs::path fresh_directory(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-// Temporary files left by writers killed in the middle of write_file_atomic; removes them.
-int collect_temporaries(const fs::path& dir, const std::string& file_name) {
-  int found = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().filename().string().rfind(file_name + ".tmp.", 0) == 0) {
-      ++found;
-      fs::remove(entry.path());
-    }
-  }
-  return found;
 }
 
 // ---- atomic writes ----------------------------------------------------------------------------
@@ -163,10 +187,204 @@ int64_t checked_version(const std::string& path) {
   return restored.step;
 }
 
-// ---- charlm ---------------------------------------------------------------------------------
+// ---- killed and resumed programs --------------------------------------------------------
+
+// Everything in `dir` named like a temporary of write_file_atomic for `file_name`.
+std::vector<fs::path> temporaries(const fs::path& dir, const std::string& file_name) {
+  std::vector<fs::path> found;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().rfind(file_name + ".tmp.", 0) == 0) found.push_back(entry.path());
+  return found;
+}
+
+// A training program run to completion once, then killed and resumed until it completes.
+struct KilledRun {
+  std::string label;            // e.g. "charlm --amp fp16, 2 threads"
+  std::string checkpoint_name;  // the file the program writes in --out-dir
+  int64_t steps = 0;            // the step the finished run's checkpoint holds
+  int kills = 0;                // random kills, after the deterministic one
+  // The step whose checkpoint write the first start kills itself in (test-only hook in
+  // layers/src/checkpoint.cpp); -1: none.
+  int64_t kill_in_write_at = -1;
+  std::function<std::vector<std::string>(const fs::path& out_dir, bool resume)> args;
+  // Loads a checkpoint into a model built from the config stored in it; returns its step.
+  std::function<int64_t(const std::string& path)> load;
+};
+
+void compare_bit_for_bit(const std::string& expected_path, const std::string& got_path) {
+  const io::SafetensorsFile expected = io::load_safetensors(expected_path);
+  const io::SafetensorsFile got = io::load_safetensors(got_path);
+  REQUIRE(got.tensors.size() == expected.tensors.size());
+  int differing = 0;
+  for (size_t i = 0; i < expected.tensors.size(); ++i) {
+    const auto& [name, want] = expected.tensors[i];
+    CAPTURE(name);
+    REQUIRE(got.tensors[i].first == name);
+    const Tensor& have = got.tensors[i].second;
+    REQUIRE(have.shape() == want.shape());
+    REQUIRE(have.dtype() == want.dtype());
+    const size_t bytes = static_cast<size_t>(want.numel()) * want.element_size();
+    const bool same = std::memcmp(have.raw_data(), want.raw_data(), bytes) == 0;
+    if (!same) {
+      ++differing;
+      MESSAGE("differs: ", name, " (max abs difference ",
+              max(abs(have.to(kFloat64) - want.to(kFloat64))).item<double>(), ")");
+    }
+  }
+  CHECK(differing == 0);
+  for (const char* key : {"step", "rng", "config", "optimizer", "scheduler"}) {
+    CAPTURE(key);
+    CHECK(got.metadata.at(key) == expected.metadata.at(key));
+  }
+  // The loss scaler's state (scale, growth count) travels in the training history.
+  const nlohmann::json expected_extra = nlohmann::json::parse(expected.metadata.at("extra"));
+  const nlohmann::json got_extra = nlohmann::json::parse(got.metadata.at("extra"));
+  CHECK(got_extra.value("grad_scaler", nlohmann::json()) == expected_extra.value("grad_scaler", nlohmann::json()));
+}
+
+// The step of the checkpoint at `path` from its safetensors header alone (cheap enough to poll);
+// -1 when there is none yet.
+int64_t step_on_disk(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t header_bytes = 0;
+  if (!in.read(reinterpret_cast<char*>(&header_bytes), sizeof header_bytes)) return -1;
+  REQUIRE(header_bytes < (uint64_t{1} << 24));
+  std::string header(static_cast<size_t>(header_bytes), '\0');
+  REQUIRE(in.read(header.data(), static_cast<std::streamsize>(header.size())));
+  return std::stoll(io::parse_json(header, path).at("__metadata__").at("step").get<std::string>());
+}
+
+// What every example writes into --out-dir besides its checkpoint: a JSON-lines metrics log
+// (every line a JSON object) and three SVG pictures (whole documents).
+void check_run_outputs(const fs::path& dir) {
+  std::istringstream log(io::read_file((dir / "metrics.jsonl").string()));
+  int lines = 0;
+  for (std::string line; std::getline(log, line); ++lines) {
+    CAPTURE(line);
+    CHECK(io::parse_json(line, "metrics.jsonl").is_object());
+  }
+  CHECK(lines >= 2);  // at least one training line and the final results
+  for (const char* picture : {"loss.svg", "entropy.svg", "attention.svg"}) {
+    CAPTURE(picture);
+    const std::string svg = io::read_file((dir / picture).string());
+    CHECK(svg.find("<svg") != std::string::npos);
+    CHECK(svg.find("</svg>") != std::string::npos);
+  }
+}
+
+// Runs `run` uninterrupted, then again: first killed inside the write of checkpoint
+// `kill_in_write_at` (if any), then killed `run.kills` times after random delays (fractions of
+// the uninterrupted run's time, drawn from `rng`), resumed each time, until it completes. The
+// final checkpoint must equal the uninterrupted one bit for bit, the checkpoint on disk must
+// load after every kill and never go back in time, and no temporary file may be left.
+void kill_and_resume(const KilledRun& run, std::mt19937_64& rng, uint64_t seed) {
+  CAPTURE(run.label);
+  const fs::path reference_dir = fresh_directory("heed_crash_reference");
+  const fs::path crash_dir = fresh_directory("heed_crash_resumed");
+  constexpr auto kTimeout = std::chrono::minutes(10);
+
+  // The uninterrupted run.
+  const auto start = Clock::now();
+  {
+    Child reference(run.args(reference_dir, false));
+    REQUIRE(reference.wait_until_exit(kTimeout));
+    REQUIRE(reference.exited_normally_with(0));
+  }
+  const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  const std::string reference_checkpoint = (reference_dir / run.checkpoint_name).string();
+  REQUIRE(run.load(reference_checkpoint) == run.steps);
+  check_run_outputs(reference_dir);
+
+  const std::string checkpoint = (crash_dir / run.checkpoint_name).string();
+  int64_t last_step = -1;
+  std::vector<int64_t> steps_at_kills;
+  // After a kill: the checkpoint on disk loads and never goes back in time.
+  auto check_on_disk = [&] {
+    if (!fs::exists(checkpoint)) return;
+    const int64_t step = run.load(checkpoint);
+    CHECK(step >= last_step);
+    last_step = step;
+    steps_at_kills.push_back(step);
+  };
+
+  // The deterministic kill: the writer raises SIGKILL on itself halfway through the temporary
+  // of checkpoint `kill_in_write_at`; the last whole checkpoint (every step is saved) stays.
+  int starts = 0;
+  if (run.kill_in_write_at >= 0) {
+    Child first(run.args(crash_dir, false),
+                {"HEED_TEST_KILL_DURING_CHECKPOINT_WRITE=" + std::to_string(run.kill_in_write_at)});
+    ++starts;
+    REQUIRE(first.wait_until_exit(kTimeout));
+    REQUIRE_MESSAGE(first.killed(), "the writer did not kill itself at step ", run.kill_in_write_at);
+    const std::vector<fs::path> left = temporaries(crash_dir, run.checkpoint_name);
+    REQUIRE(left.size() == 1);
+    CHECK(fs::file_size(left[0]) > 0);
+    CHECK(fs::file_size(left[0]) < fs::file_size(reference_checkpoint));
+    check_on_disk();
+    CHECK(last_step == run.kill_in_write_at - 1);
+  }
+
+  // Kills at steps drawn from the seed: each start resumes from the checkpoint on disk, runs
+  // until the checkpoint of its target step is on disk, and is killed after a random delay
+  // within about one step's time (during the next step, or in the middle of its checkpoint
+  // write); then one run to the end.
+  const int64_t first_target = std::max<int64_t>(1, run.kill_in_write_at);
+  std::vector<int64_t> targets;
+  for (int64_t step = first_target; step < run.steps; ++step) targets.push_back(step);
+  std::shuffle(targets.begin(), targets.end(), rng);
+  targets.resize(std::min<size_t>(targets.size(), static_cast<size_t>(run.kills)));
+  std::sort(targets.begin(), targets.end());
+  const double step_ms = run_ms / static_cast<double>(run.steps);
+  int kills = 0, mid_write = 0;
+  bool finished = false;
+  for (const int64_t target : targets) {
+    Child child(run.args(crash_dir, fs::exists(checkpoint)));
+    ++starts;
+    const auto deadline = Clock::now() + kTimeout;
+    while (child.running() && step_on_disk(checkpoint) < target && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!child.running()) {
+      // It ran to the end between two polls (a loaded machine): fewer kills, still checked.
+      REQUIRE(child.exited_normally_with(0));
+      finished = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(
+        static_cast<int64_t>(std::uniform_real_distribution<double>(0.0, 1.0)(rng) * step_ms * 1000.0)));
+    child.kill_now();
+    if (child.exited_normally_with(0)) {
+      finished = true;
+      break;
+    }
+    REQUIRE(child.killed());
+    ++kills;
+    mid_write += !temporaries(crash_dir, run.checkpoint_name).empty();
+    check_on_disk();
+  }
+  if (!finished) {
+    Child last(run.args(crash_dir, fs::exists(checkpoint)));
+    ++starts;
+    REQUIRE(last.wait_until_exit(kTimeout));
+    REQUIRE(last.exited_normally_with(0));
+  }
+  CHECK(kills >= 1);
+  MESSAGE(run.label, ", seed ", seed, ": uninterrupted run ", run_ms, " ms; ", kills, " kills at or after steps ",
+          fmt::format("{}", fmt::join(targets, " ")), " (", mid_write, " with a temporary left)",
+          std::string(run.kill_in_write_at >= 0 ? " + 1 inside the write of checkpoint " : ""),
+          run.kill_in_write_at >= 0 ? std::to_string(run.kill_in_write_at) : std::string(), ", ", starts,
+          " starts; steps on disk after the kills: ", fmt::format("{}", fmt::join(steps_at_kills, " ")));
+
+  compare_bit_for_bit(reference_checkpoint, checkpoint);
+  // Every temporary a killed writer left was removed by a later save.
+  const std::vector<fs::path> stray = temporaries(crash_dir, run.checkpoint_name);
+  CHECK_MESSAGE(stray.empty(), stray.size(), " temporary file(s) left, e.g. ",
+                stray.empty() ? std::string() : stray[0].string());
+  fs::remove_all(reference_dir);
+  fs::remove_all(crash_dir);
+}
 
 #ifdef HEED_CHARLM_EXE
-std::vector<std::string> charlm_args(const fs::path& out_dir, bool resume) {
+std::vector<std::string> charlm_args(const fs::path& out_dir, bool resume, const std::string& amp, int threads) {
   std::vector<std::string> args = {HEED_CHARLM_EXE,
                                    "--iters",
                                    "30",
@@ -197,7 +415,9 @@ std::vector<std::string> charlm_args(const fs::path& out_dir, bool resume) {
                                    "--sample-tokens",
                                    "0",
                                    "--threads",
-                                   "1",
+                                   std::to_string(threads),
+                                   "--amp",
+                                   amp,
                                    "--seed",
                                    "7",
                                    "--out-dir",
@@ -217,6 +437,56 @@ int64_t load_charlm_checkpoint(const std::string& path) {
   o.context = config.at("block").get<int64_t>();
   nn::TransformerLM model(o);
   return io::load_checkpoint(path, model).step;
+}
+#endif
+
+#ifdef HEED_TRANSLATE_EXE
+std::vector<std::string> translate_args(const fs::path& out_dir, bool resume) {
+  std::vector<std::string> args = {HEED_TRANSLATE_EXE,
+                                   "--steps",
+                                   "20",
+                                   "--batch-size",
+                                   "8",
+                                   "--warmup",
+                                   "3",
+                                   "--d-model",
+                                   "32",
+                                   "--heads",
+                                   "2",
+                                   "--layers",
+                                   "1",
+                                   "--d-ff",
+                                   "64",
+                                   "--dropout",
+                                   "0.1",
+                                   "--eval-every",
+                                   "100000",
+                                   "--log-every",
+                                   "100000",
+                                   "--checkpoint-every",
+                                   "1",
+                                   "--train-size",
+                                   "200",
+                                   "--test-size",
+                                   "2",
+                                   "--samples",
+                                   "0",
+                                   "--beam",
+                                   "1",
+                                   "--threads",
+                                   "2",
+                                   "--seed",
+                                   "3",
+                                   "--out-dir",
+                                   out_dir.string()};
+  if (resume) args.push_back("--resume");
+  return args;
+}
+
+int64_t load_translate_checkpoint(const std::string& path) {
+  const translate::SavedConfig saved = translate::read_saved_config(io::read_config(path), path);
+  auto model = translate::build_model(saved.model, saved.source, saved.target);
+  return io::load_checkpoint(path, *model).step;
 }
 #endif
 
@@ -257,10 +527,14 @@ TEST_CASE("checkpoint writes killed at random moments never corrupt the checkpoi
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     REQUIRE_MESSAGE(child.running(), "the writer child exited on its own (round ", round, ")");
+    // Its first save removed the temporaries the killed writers before it left behind.
+    for (const fs::path& temporary : temporaries(dir, "writer.ckpt"))
+      CHECK_MESSAGE(temporary.filename().string() == "writer.ckpt.tmp." + std::to_string(child.pid()),
+                    "a killed writer's temporary was not removed: ", temporary.string());
     std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 60000)(rng)));
     child.kill_now();
     CHECK(child.killed());
-    killed_mid_write += collect_temporaries(dir, "writer.ckpt") > 0;
+    killed_mid_write += !temporaries(dir, "writer.ckpt").empty();
     // The checkpoint on disk is one whole version, never older than the last one seen.
     const int64_t version = checked_version(path);
     CHECK(version >= last_version);
@@ -274,89 +548,61 @@ TEST_CASE("checkpoint writes killed at random moments never corrupt the checkpoi
   fs::remove_all(dir);
 }
 
-TEST_CASE("charlm killed with SIGKILL at random moments resumes to a bit-identical result") {
+TEST_CASE("charlm (fp32, 1 thread) killed with SIGKILL at random moments resumes to a bit-identical result") {
 #ifndef HEED_CHARLM_EXE
   heed::test::skip("the charlm example is not built (HEED_BUILD_EXAMPLES=OFF)");
 #else
   uint64_t seed = 0;
   std::mt19937_64 rng = make_rng(&seed);
-  const fs::path reference_dir = fresh_directory("heed_crash_reference");
-  const fs::path crash_dir = fresh_directory("heed_crash_resumed");
-  constexpr auto kTimeout = std::chrono::minutes(10);
+  KilledRun run;
+  run.label = "charlm fp32, 1 thread";
+  run.checkpoint_name = "charlm.ckpt";
+  run.steps = 30;
+  run.kills = kUnderSanitizer ? 3 : 8;
+  run.args = [](const fs::path& dir, bool resume) { return charlm_args(dir, resume, "none", 1); };
+  run.load = load_charlm_checkpoint;
+  kill_and_resume(run, rng, seed);
+#endif
+}
 
-  // The uninterrupted run.
-  const auto start = Clock::now();
-  {
-    Child reference(charlm_args(reference_dir, false));
-    REQUIRE(reference.wait_until_exit(kTimeout));
-    REQUIRE(reference.exited_normally_with(0));
-  }
-  const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  const std::string reference_checkpoint = (reference_dir / "charlm.ckpt").string();
-  REQUIRE(load_charlm_checkpoint(reference_checkpoint) == 30);
+TEST_CASE(
+    "charlm --amp fp16 (GradScaler state), 2 threads, killed inside a checkpoint write and at random moments, "
+    "resumes to a bit-identical result") {
+#ifndef HEED_CHARLM_EXE
+  heed::test::skip("the charlm example is not built (HEED_BUILD_EXAMPLES=OFF)");
+#else
+  uint64_t seed = 0;
+  std::mt19937_64 rng = make_rng(&seed);
+  rng.discard(1000);  // not the same delays as the fp32 case
+  KilledRun run;
+  run.label = "charlm --amp fp16, 2 threads";
+  run.checkpoint_name = "charlm.ckpt";
+  run.steps = 30;
+  run.kills = kUnderSanitizer ? 2 : 5;
+  run.kill_in_write_at = std::uniform_int_distribution<int64_t>(2, run.steps - 1)(rng);
+  run.args = [](const fs::path& dir, bool resume) { return charlm_args(dir, resume, "fp16", 2); };
+  run.load = load_charlm_checkpoint;
+  kill_and_resume(run, rng, seed);
+#endif
+}
 
-  // The same run, killed at random moments and resumed until it completes.
-  const std::string checkpoint = (crash_dir / "charlm.ckpt").string();
-  constexpr int kKills = 12;
-  int kills = 0, mid_write = 0, restarts = 0;
-  int64_t last_step = -1;
-  std::vector<int64_t> steps_at_kills;
-  for (;;) {
-    const bool resume = fs::exists(checkpoint);
-    Child run(charlm_args(crash_dir, resume));
-    ++restarts;
-    if (kills < kKills) {
-      const auto delay = std::chrono::microseconds(
-          static_cast<int64_t>(std::uniform_real_distribution<double>(0.1, 1.0)(rng) * run_ms * 1000.0));
-      if (!run.wait_until_exit(std::chrono::duration_cast<std::chrono::milliseconds>(delay))) {
-        run.kill_now();
-        ++kills;
-        mid_write += collect_temporaries(crash_dir, "charlm.ckpt") > 0;
-        // After every kill the checkpoint on disk loads, and it never goes back in time.
-        if (fs::exists(checkpoint)) {
-          const int64_t step = load_charlm_checkpoint(checkpoint);
-          CHECK(step >= last_step);
-          last_step = step;
-          steps_at_kills.push_back(step);
-        }
-        continue;
-      }
-    } else {
-      REQUIRE(run.wait_until_exit(kTimeout));
-    }
-    REQUIRE(run.exited_normally_with(0));
-    break;
-  }
-  MESSAGE("seed ", seed, ": uninterrupted run ", run_ms, " ms; ", kills, " kills (", mid_write,
-          " during a checkpoint write), ", restarts,
-          " starts; steps on disk at the kills: ", fmt::format("{}", fmt::join(steps_at_kills, " ")));
-
-  // Bit-identical: every tensor (model and optimizer state), the step and the RNG state.
-  const io::SafetensorsFile expected = io::load_safetensors(reference_checkpoint);
-  const io::SafetensorsFile got = io::load_safetensors(checkpoint);
-  REQUIRE(got.tensors.size() == expected.tensors.size());
-  int differing = 0;
-  for (size_t i = 0; i < expected.tensors.size(); ++i) {
-    const auto& [name, want] = expected.tensors[i];
-    CAPTURE(name);
-    REQUIRE(got.tensors[i].first == name);
-    const Tensor& have = got.tensors[i].second;
-    REQUIRE(have.shape() == want.shape());
-    REQUIRE(have.dtype() == want.dtype());
-    const size_t bytes = static_cast<size_t>(want.numel()) * want.element_size();
-    const bool same = std::memcmp(have.raw_data(), want.raw_data(), bytes) == 0;
-    if (!same) {
-      ++differing;
-      MESSAGE("differs: ", name, " (max abs difference ",
-              max(abs(have.to(kFloat64) - want.to(kFloat64))).item<double>(), ")");
-    }
-  }
-  CHECK(differing == 0);
-  CHECK(got.metadata.at("step") == expected.metadata.at("step"));
-  CHECK(got.metadata.at("rng") == expected.metadata.at("rng"));
-  CHECK(got.metadata.at("config") == expected.metadata.at("config"));
-  CHECK(got.metadata.at("optimizer") == expected.metadata.at("optimizer"));
-  fs::remove_all(reference_dir);
-  fs::remove_all(crash_dir);
+TEST_CASE(
+    "translate (2 threads) killed inside a checkpoint write and at random moments resumes to a bit-identical "
+    "result") {
+#ifndef HEED_TRANSLATE_EXE
+  heed::test::skip("the translate example is not built (HEED_BUILD_EXAMPLES=OFF)");
+#else
+  uint64_t seed = 0;
+  std::mt19937_64 rng = make_rng(&seed);
+  rng.discard(2000);
+  KilledRun run;
+  run.label = "translate, 2 threads";
+  run.checkpoint_name = "translate.ckpt";
+  run.steps = 20;
+  run.kills = kUnderSanitizer ? 2 : 5;
+  run.kill_in_write_at = std::uniform_int_distribution<int64_t>(2, run.steps - 1)(rng);
+  run.args = translate_args;
+  run.load = load_translate_checkpoint;
+  kill_and_resume(run, rng, seed);
 #endif
 }

@@ -4,10 +4,12 @@
 // against the file and a cap, dtype, shape, offsets against the data size, byte counts
 // against shape x element size with overflow checks, ranges disjoint and tiling the data
 // section exactly: no holes, no trailing bytes) and only then reads tensor bytes, each range
-// inside the data section; writes go through write_file_atomic.
+// inside the data section; writes go through write_file_atomic, which also removes the
+// temporaries of writers that died before their rename (the file's pid no longer exists).
 #include "heed/io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -147,9 +150,40 @@ void pread_exact(int fd, void* dst, uint64_t n, uint64_t offset, const std::stri
 
 // ---- atomic writes --------------------------------------------------------------------------
 
+namespace {
+
+// Removes `<name>.tmp.<pid>` files next to `path` whose writer process no longer exists (a
+// writer killed between creating its temporary and the rename, e.g. by SIGKILL or a power
+// cut). A temporary whose pid is alive (or cannot be signalled: another user's process) is
+// left alone: it may be a concurrent writer on this machine; one whose pid was reused by an
+// unrelated process stays until a later save finds that pid gone. Best effort: errors are
+// ignored, the save itself must not fail because of leftovers.
+void remove_stale_temporaries(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  const pid_t self = ::getpid();
+  std::error_code error;
+  std::filesystem::directory_iterator it(parent_directory(path), error), end;
+  for (; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == self) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code ignored;
+    if (it->is_regular_file(ignored)) std::filesystem::remove(it->path(), ignored);
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& writer) {
   constexpr const char* kOp = "write_file_atomic";
   HEED_CHECK(!path.empty(), kOp, "the path is empty");
+  remove_stale_temporaries(path);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   int raw_fd;
   do {

@@ -1,5 +1,17 @@
 // layers/src/checkpoint.cpp — model files and training checkpoints (see heed/checkpoint.h).
+//
+// Invariant: every file goes through io::write_file_atomic (never half-written at its path;
+// temporaries of killed writers are removed by the next save). Test-only hook: when the
+// environment variable HEED_TEST_KILL_DURING_CHECKPOINT_WRITE is set to a step number,
+// save_checkpoint for that step writes half of the file into the temporary and then raises
+// SIGKILL on its own process, so that tests/test_crash_safety.cpp can kill a writer in the
+// middle of a checkpoint write deterministically. Nothing else reads it; never set it outside
+// tests.
 #include "heed/checkpoint.h"
+
+#include <signal.h>
+
+#include <cstdlib>
 
 #include "heed/io.h"
 #include "heed/json_read.h"
@@ -36,6 +48,15 @@ void expect_format(const SafetensorsFile& file, const std::string& path, const c
                                          : "");
 }
 
+// The step HEED_TEST_KILL_DURING_CHECKPOINT_WRITE names, or -1 (unset or not a number).
+int64_t test_kill_step() {
+  const char* value = std::getenv("HEED_TEST_KILL_DURING_CHECKPOINT_WRITE");
+  if (!value || !*value) return -1;
+  char* end = nullptr;
+  const long long step = std::strtoll(value, &end, 10);
+  return *end == '\0' && step >= 0 ? static_cast<int64_t>(step) : -1;
+}
+
 }  // namespace
 
 void save_model(const nn::Module& model, const std::string& path, const nlohmann::json& config) {
@@ -68,16 +89,26 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     for (auto& [name, t] : state.tensors) tensors.emplace_back("optimizer." + name, t);
     optimizer_scalars = state.scalars;
   }
-  const Generator& gen = default_generator();
-  const nlohmann::json rng = {{"seed", gen.seed()}, {"offset", gen.offset()}};
-  save_safetensors(path, tensors,
-                   {{"format", kCheckpointFormat},
-                    {"step", std::to_string(step)},
-                    {"config", config.dump()},
-                    {"optimizer", optimizer_scalars.dump()},
-                    {"scheduler", scheduler ? scheduler->state_dict().dump() : "null"},
-                    {"rng", rng.dump()},
-                    {"extra", extra.dump()}});
+  const Generator::Draw gen = default_generator().state();
+  const nlohmann::json rng = {{"seed", gen.seed}, {"offset", gen.first}};
+  const std::map<std::string, std::string> metadata = {
+      {"format", kCheckpointFormat},
+      {"step", std::to_string(step)},
+      {"config", config.dump()},
+      {"optimizer", optimizer_scalars.dump()},
+      {"scheduler", scheduler ? scheduler->state_dict().dump() : "null"},
+      {"rng", rng.dump()},
+      {"extra", extra.dump()}};
+  if (step == test_kill_step()) {
+    // Test-only (see the file comment): half the bytes into the temporary, then die.
+    write_file_atomic(path, [&](std::ostream& out) {
+      const std::string bytes = serialize_safetensors(tensors, metadata);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+      out.flush();
+      ::raise(SIGKILL);
+    });
+  }
+  save_safetensors(path, tensors, metadata);
 }
 
 namespace {

@@ -3,7 +3,9 @@
 // Invariants:
 //  * save_* never leaves a half-written file at `path`: data goes to `path.tmp.<pid>`, is
 //    flushed and fsync'ed, then renamed over `path` (and the directory fsync'ed). On any
-//    failure the temporary is removed and the previous file at `path` is untouched.
+//    failure the temporary is removed and the previous file at `path` is untouched. A writer
+//    killed before its rename leaves its temporary behind; the next write of `path` removes
+//    every `path.tmp.<pid>` whose process no longer exists.
 //  * save_safetensors writes the exact safetensors layout: u64 little-endian header length
 //    N, N bytes of JSON (padded with spaces to a multiple of 8), then the tensors' raw
 //    little-endian bytes back to back in the order given. Keys appear in that order, after
@@ -39,7 +41,9 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // temporary over `path`. If `writer` throws, its exception propagates unchanged after the
 // temporary is removed; I/O failures raise heed::Error("heed::write_file_atomic: <path>: ...").
 // One writer per path at a time: concurrent writers of one path in one process share the
-// temporary's name.
+// temporary's name. Before writing, removes `path.tmp.<pid>` files left by writers whose
+// process is gone (checked with kill(pid, 0) on this machine; with one writer per path, a
+// temporary of another machine's process is never a live write).
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& writer);
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
