@@ -361,7 +361,7 @@ int run(const Options& o) {
     const double steps = static_cast<double>(std::max<int64_t>(1, o.iters - start));
     std::printf(
         "dist: rank %d of %d, batch %lld per rank; %.1f all_reduces/step, %.0f bytes reduced/step, "
-        "%.2f ms/step in all_reduce, %.2f ms/step of it waited for at the end of backward (%.0f%% hidden behind "
+        "%.2f ms/step in all_reduce, %.2f ms/step of it blocking backward (%.0f%% hidden behind "
         "backward; overlap %s), %.1f%% of training time waiting\n",
         rank, group->world_size(), static_cast<long long>(rank_batch), c.reductions / steps, c.bytes / steps,
         1e3 * c.seconds / steps, 1e3 * c.wait_seconds / steps, 100.0 * c.overlap_fraction(), o.dist_overlap.c_str(),

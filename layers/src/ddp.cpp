@@ -149,11 +149,13 @@ struct DistributedDataParallel::State {
     Bucket& b = buckets[k];
     counters.reductions += 1;
     counters.bytes += b.numel * static_cast<int64_t>(dtype_size(b.dtype));
-    if (!options.overlap) {
+    if (!options.overlap) {  // the backward thread is blocked for the whole reduction
       const auto start = std::chrono::steady_clock::now();
       group->all_reduce(b.flat, ReduceOp::Avg);
+      const double took = seconds_since(start);
+      counters.wait_seconds += took;
       std::lock_guard<std::mutex> lock(mu);
-      comm_seconds += seconds_since(start);
+      comm_seconds += took;
       completed += 1;
       return;
     }

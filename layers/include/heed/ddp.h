@@ -88,7 +88,8 @@ class DistributedDataParallel {
     int64_t syncs = 0;              // synchronised backward passes completed (all buckets reduced)
     int64_t bytes = 0;              // gradient bytes reduced
     double seconds = 0.0;           // wall time inside the all_reduces (communication thread)
-    double wait_seconds = 0.0;      // time backward waited for reductions at its end
+    double wait_seconds = 0.0;      // time the backward thread was blocked on reductions: waiting
+                                    // at its end (overlap on), reducing in the hooks (overlap off)
     double backward_seconds = 0.0;  // first gradient hook to end of round, summed over rounds
     // The share of reduction time hidden behind backward computation.
     double overlap_fraction() const { return seconds > 0 ? 1.0 - std::min(wait_seconds, seconds) / seconds : 0.0; }
