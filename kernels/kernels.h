@@ -3,8 +3,8 @@
 // Kernels see pointers, dtypes, sizes and strides only: no Tensor, no autograd.
 // Each backend fills a KernelTable; an entry left null means "not implemented
 // on this device", and dispatch turns that into a heed::Error naming the
-// kernel and the device (see kernel_or_throw). `heed-gradcheck --kernels`
-// and the tests list the table so nothing is silently missing.
+// kernel and the device (see kernel_or_throw). test_kernel_coverage reads
+// the table (kernel_support) so nothing is silently missing.
 //
 // Conventions: `out` buffers are contiguous unless a StridedView says
 // otherwise; half types are read and written as float16/bfloat16 but computed

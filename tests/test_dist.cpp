@@ -734,6 +734,24 @@ TEST_CASE("dist: DDP on 1 rank: reverse-order bucket layout, unused parameters, 
   CHECK(ddp.counters().reductions == 3);
   // Accumulated like without DDP: twice the single gradient (world 1: the average is itself).
   CHECK(max(abs(model.fc1->weight.grad() - once * 2.0)).item<double>() < 1e-6);
+
+  // With anomaly detection on, an Inf made in backward between fc2 and fc1 (sqrt's gradient at
+  // 0) throws after fc2's bucket was launched: that round is abandoned, and the next clean
+  // backward reduces normally.
+  ddp.reset_counters();
+  model.zero_grad();
+  {
+    DetectAnomalyGuard anomaly;
+    Tensor h = tanh((*model.fc1)(x));
+    Tensor poisoned = (*model.fc2)(h + sqrt(h * 0.0));
+    CHECK_THROWS_AS(mean(poisoned).backward(), Error);
+    CHECK(ddp.counters().syncs == 0);
+    CHECK(ddp.counters().reductions >= 1);  // fc2's bucket went out before the throw
+    model.zero_grad();
+    mean(model.forward(x)).backward();
+  }
+  CHECK(ddp.counters().syncs == 1);
+  CHECK(max(abs(model.fc1->weight.grad() - once)).item<double>() < 1e-6);
 }
 
 TEST_CASE("dist: GradScalerOptions::found_inf_agreement decides whether the step is skipped") {
