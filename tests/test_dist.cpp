@@ -32,6 +32,7 @@
 
 #include <heed/dist_sampler.h>
 
+#include "test_ranks.h"
 #include "test_skip.h"
 
 using namespace heed;
@@ -41,87 +42,14 @@ namespace {
 
 constexpr const char* kScenarioVariable = "HEED_TEST_DIST_SCENARIO";
 
-struct ChildResult {
-  int status = -1;
-  bool timed_out = false;
-  std::string output;  // stdout and stderr
-  double seconds = 0;
-};
+using test::exited_ok;
+using test::fresh_directory;
+using test::require_all_ok;
 
-fs::path fresh_directory(const std::string& stem) {
-  const fs::path dir =
-      fs::temp_directory_path() /
-      fmt::format("{}_{}_{}", stem, getpid(), std::chrono::steady_clock::now().time_since_epoch().count());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-// Runs `world` ranks of `scenario`; kills them all after `deadline_s`. Extra environment as
-// NAME=VALUE strings. Results in rank order.
-std::vector<ChildResult> run_ranks(const std::string& scenario, int world, double deadline_s,
-                                   const std::vector<std::string>& extra_env = {}, const fs::path& out_dir = {}) {
-  const fs::path store = fresh_directory("heed_dist_store");
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  std::vector<pid_t> pids(world);
-  std::vector<fs::path> logs(world);
-  fs::create_directories(store / "kv");
-  const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < world; ++r) {
-    logs[r] = store / fmt::format("rank{}.log", r);
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const int fd = open(logs[r].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      setenv(kScenarioVariable, scenario.c_str(), 1);
-      setenv("HEED_RANK", std::to_string(r).c_str(), 1);
-      setenv("HEED_WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("HEED_STORE_PATH", (store / "kv").c_str(), 1);
-      setenv("HEED_DIST_TIMEOUT_MS", "4000", 1);
-      setenv("OMP_NUM_THREADS", "1", 1);
-      setenv("HEED_TEST_OUT", out_dir.empty() ? store.c_str() : out_dir.c_str(), 1);
-      for (const std::string& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
-      execl(self.c_str(), self.c_str(), "--test-case=dist child*", "--no-intro=true", "--no-version=true",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    pids[r] = pid;
-  }
-  std::vector<ChildResult> results(world);
-  std::vector<bool> done(world, false);
-  int remaining = world;
-  while (remaining > 0) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (int r = 0; r < world; ++r) {
-      if (done[r]) continue;
-      int status = 0;
-      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        done[r] = true;
-        --remaining;
-        results[r].status = status;
-        results[r].seconds = elapsed;
-      } else if (elapsed > deadline_s) {
-        kill(pids[r], SIGKILL);
-        waitpid(pids[r], &status, 0);
-        done[r] = true;
-        --remaining;
-        results[r].status = status;
-        results[r].timed_out = true;
-        results[r].seconds = elapsed;
-      }
-    }
-    if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (int r = 0; r < world; ++r) {
-    std::ifstream in(logs[r]);
-    std::stringstream text;
-    text << in.rdbuf();
-    results[r].output = text.str();
-  }
-  fs::remove_all(store);
-  return results;
+// Runs `world` ranks of `scenario` (the "dist child" case) with test_ranks.h's launcher.
+std::vector<test::RankResult> run_ranks(const std::string& scenario, int world, double deadline_s,
+                                        const std::vector<std::string>& extra_env = {}, const fs::path& out_dir = {}) {
+  return test::run_ranks("dist child", kScenarioVariable, scenario, world, deadline_s, extra_env, out_dir);
 }
 
 // A TCP port that was free a moment ago (the kernel's choice for port 0).
@@ -136,14 +64,6 @@ int free_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
-}
-
-bool exited_ok(const ChildResult& r) { return !r.timed_out && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
-
-void require_all_ok(const std::vector<ChildResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r)
-    REQUIRE_MESSAGE(exited_ok(results[r]), "rank ", r, " status ", results[r].status, " timed out ",
-                    results[r].timed_out, "\n", results[r].output);
 }
 
 // ---- the scenarios, run inside the children -------------------------------------------------

@@ -1,10 +1,11 @@
-// tests/test_ranks.h — runs N ranks of a multi-process test scenario (for test_zero.cpp and
-// test_dist_golden.cpp; a trimmed copy of the helper in test_dist.cpp, which it leaves as is).
+// tests/test_ranks.h — runs N ranks of a multi-process test scenario (test_dist.cpp,
+// test_zero.cpp, test_dist_golden.cpp).
 //
 // Invariants: every rank is this test binary re-executed (fork + exec, so no OpenMP state is
 // inherited) running only the doctest case whose name starts with `child_case`, with
 // `scenario_variable`=scenario, HEED_RANK/HEED_WORLD_SIZE/HEED_STORE_PATH (a fresh file
-// store), HEED_DIST_TIMEOUT_MS=4000, OMP_NUM_THREADS=1 and HEED_TEST_OUT (an output folder);
+// store), HEED_DIST_TIMEOUT_MS=4000, OMP_NUM_THREADS=1 and HEED_TEST_OUT (an output folder;
+// the store's folder when none is given), then `extra_env` (NAME=VALUE; may override those);
 // the parent bounds the wait (`deadline_s`, then SIGKILL of every child) and removes the store.
 #pragma once
 
@@ -33,6 +34,7 @@ struct RankResult {
   int status = -1;
   bool timed_out = false;
   std::string output;  // stdout and stderr
+  double seconds = 0;  // from the start of the launch until this rank was reaped
 };
 
 inline std::filesystem::path fresh_directory(const std::string& stem) {
@@ -71,7 +73,7 @@ inline std::vector<RankResult> run_ranks(const std::string& child_case, const st
       setenv("HEED_STORE_PATH", (store / "kv").c_str(), 1);
       setenv("HEED_DIST_TIMEOUT_MS", "4000", 1);
       setenv("OMP_NUM_THREADS", "1", 1);
-      setenv("HEED_TEST_OUT", out_dir.c_str(), 1);
+      setenv("HEED_TEST_OUT", out_dir.empty() ? store.c_str() : out_dir.c_str(), 1);
       for (const std::string& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
       execl(self.c_str(), self.c_str(), filter.c_str(), "--no-intro=true", "--no-version=true",
             static_cast<char*>(nullptr));
@@ -91,6 +93,7 @@ inline std::vector<RankResult> run_ranks(const std::string& child_case, const st
         done[r] = true;
         --remaining;
         results[r].status = status;
+        results[r].seconds = elapsed;
       } else if (elapsed > deadline_s) {
         kill(pids[r], SIGKILL);
         waitpid(pids[r], &status, 0);
@@ -98,6 +101,7 @@ inline std::vector<RankResult> run_ranks(const std::string& child_case, const st
         --remaining;
         results[r].status = status;
         results[r].timed_out = true;
+        results[r].seconds = elapsed;
       }
     }
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -112,12 +116,12 @@ inline std::vector<RankResult> run_ranks(const std::string& child_case, const st
   return results;
 }
 
+inline bool exited_ok(const RankResult& r) { return !r.timed_out && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
+
 inline void require_all_ok(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    const bool ok = !results[r].timed_out && WIFEXITED(results[r].status) && WEXITSTATUS(results[r].status) == 0;
-    REQUIRE_MESSAGE(ok, "rank ", r, " status ", results[r].status, " timed out ", results[r].timed_out, "\n",
-                    results[r].output);
-  }
+  for (size_t r = 0; r < results.size(); ++r)
+    REQUIRE_MESSAGE(exited_ok(results[r]), "rank ", r, " status ", results[r].status, " timed out ",
+                    results[r].timed_out, "\n", results[r].output);
 }
 
 }  // namespace heed::test
