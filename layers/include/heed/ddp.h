@@ -25,6 +25,9 @@
 //  * Parameters live on one device. CUDA parameters have CUDA buckets, reduced through the
 //    group (NCCL, or Gloo staged through the host) with overlap off: in the hooks, on the
 //    thread that queues heed's CUDA work.
+//  * While backward runs, the communication thread owns the group: issue no other collective
+//    on it from a hook (Gloo contexts are not used from two threads at once). Between
+//    backward passes (optimizer step, GradScaler agreement, checkpoints) the group is free.
 //  * Inside a no_sync() scope, hooks only accumulate locally: no communication.
 //  * heed::grad() (torch.autograd.grad) through a wrapped model's parameters is refused
 //    (outside no_sync): it would reduce .grad but return local gradients. Use backward().
