@@ -248,17 +248,38 @@ struct NormInput {
 };
 using GlobalNormFn = double (*)(const NormInput* inputs, int count, double norm_type);
 
-#define HEED_FOR_EACH_KERNEL(X)                                                                                        \
-  X(allocate, AllocateFn)                                                                                              \
-  X(deallocate, DeallocateFn) X(copy_host, CopyHostFn) X(fill, FillFn) X(copy, CopyFn) X(unary, UnaryFn)               \
-      X(binary, BinaryFn) X(where, WhereFn) X(reduce, ReduceFn) X(variance, VarianceFn) X(gemm, GemmFn)                \
-          X(softmax_forward, SoftmaxForwardFn) X(softmax_backward, SoftmaxBackwardFn)                                  \
-              X(cross_entropy_forward, CrossEntropyForwardFn) X(cross_entropy_backward, CrossEntropyBackwardFn)        \
-                  X(index_select, IndexSelectFn) X(index_add, IndexAddFn) X(gather, GatherFn)                          \
-                      X(scatter_add, ScatterAddFn) X(random, RandomFn) X(dropout_mask, DropoutMaskFn)                  \
-                          X(arange, ArangeFn) X(adam_step, AdamStepFn) X(layer_norm_forward, LayerNormForwardFn)       \
-                              X(layer_norm_backward, LayerNormBackwardFn) X(flash_attention_forward, FlashAttentionFn) \
-                                  X(flash_attention_backward, FlashAttentionFn) X(global_norm, GlobalNormFn)
+// One kernel per line (clang-format would fold the rows together).
+// clang-format off
+#define HEED_FOR_EACH_KERNEL(X)                     \
+  X(allocate, AllocateFn)                           \
+  X(deallocate, DeallocateFn)                       \
+  X(copy_host, CopyHostFn)                          \
+  X(fill, FillFn)                                   \
+  X(copy, CopyFn)                                   \
+  X(unary, UnaryFn)                                 \
+  X(binary, BinaryFn)                               \
+  X(where, WhereFn)                                 \
+  X(reduce, ReduceFn)                               \
+  X(variance, VarianceFn)                           \
+  X(gemm, GemmFn)                                   \
+  X(softmax_forward, SoftmaxForwardFn)              \
+  X(softmax_backward, SoftmaxBackwardFn)            \
+  X(cross_entropy_forward, CrossEntropyForwardFn)   \
+  X(cross_entropy_backward, CrossEntropyBackwardFn) \
+  X(index_select, IndexSelectFn)                    \
+  X(index_add, IndexAddFn)                          \
+  X(gather, GatherFn)                               \
+  X(scatter_add, ScatterAddFn)                      \
+  X(random, RandomFn)                               \
+  X(dropout_mask, DropoutMaskFn)                    \
+  X(arange, ArangeFn)                               \
+  X(adam_step, AdamStepFn)                          \
+  X(layer_norm_forward, LayerNormForwardFn)         \
+  X(layer_norm_backward, LayerNormBackwardFn)       \
+  X(flash_attention_forward, FlashAttentionFn)      \
+  X(flash_attention_backward, FlashAttentionFn)     \
+  X(global_norm, GlobalNormFn)
+// clang-format on
 
 struct KernelTable {
 #define HEED_KERNEL_FIELD(name, type) type name = nullptr;

@@ -44,6 +44,7 @@ constexpr const char* kScenarioVariable = "HEED_TEST_DIST_SCENARIO";
 
 using test::exited_ok;
 using test::fresh_directory;
+using test::max_relative_difference;
 using test::require_all_ok;
 
 // Runs `world` ranks of `scenario` (the "dist child" case) with test_ranks.h's launcher.
@@ -81,16 +82,6 @@ Tensor pattern_tensor(int rank, int64_t n, DType dtype) {
   return from_vector(values, {n}).to(dtype);
 }
 
-#define CHILD_CHECK(cond, ...)                                                   \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      std::fprintf(stderr, "CHILD CHECK FAILED line %d: %s\n", __LINE__, #cond); \
-      std::fprintf(stderr, "%s\n", fmt::format(__VA_ARGS__).c_str());            \
-      std::fflush(stderr);                                                       \
-      std::_Exit(1);                                                             \
-    }                                                                            \
-  } while (0)
-
 int scenario_collectives() {
   auto pg = dist::init_process_group_from_env();
   const int rank = pg->rank(), world = pg->world_size();
@@ -110,12 +101,12 @@ int scenario_collectives() {
           } catch (const Error&) {
             refused = true;
           }
-          CHILD_CHECK(refused, "avg of {} was not refused", dtype_name(dtype));
+          RANK_CHECK(refused, "avg of {} was not refused", dtype_name(dtype));
           continue;
         }
         Tensor t = pattern_tensor(rank, n, dtype);
         pg->all_reduce(t, op);
-        CHILD_CHECK(t.numel() == n && t.dtype() == dtype, "all_reduce changed shape/dtype");
+        RANK_CHECK(t.numel() == n && t.dtype() == dtype, "all_reduce changed shape/dtype");
         for (int64_t i = 0; i < n; ++i) {
           double expected = op == dist::ReduceOp::Max ? -1e300 : 0.0;
           for (int r = 0; r < world; ++r) {
@@ -125,41 +116,41 @@ int scenario_collectives() {
           if (dtype == kBool) expected = expected > 0 ? 1.0 : 0.0;
           if (op == dist::ReduceOp::Avg) expected /= world;
           const double got = t.to(kFloat64).at<double>({i});
-          CHILD_CHECK(std::abs(got - expected) <= tol * std::max(1.0, std::abs(expected)),
-                      "all_reduce {} {} n={} i={}: got {} expected {}", dist::reduce_op_name(op), dtype_name(dtype), n,
-                      i, got, expected);
+          RANK_CHECK(std::abs(got - expected) <= tol * std::max(1.0, std::abs(expected)),
+                     "all_reduce {} {} n={} i={}: got {} expected {}", dist::reduce_op_name(op), dtype_name(dtype), n,
+                     i, got, expected);
           ++checks;
         }
         // reduce_scatter: this rank's chunk of the same reduction.
         Tensor chunk = pg->reduce_scatter(pattern_tensor(rank, n, dtype), op);
         const auto [begin, end] = dist::chunk_range(n, world, rank);
-        CHILD_CHECK(chunk.numel() == end - begin, "reduce_scatter n={} got {} elements, expected {}", n, chunk.numel(),
-                    end - begin);
+        RANK_CHECK(chunk.numel() == end - begin, "reduce_scatter n={} got {} elements, expected {}", n, chunk.numel(),
+                   end - begin);
         for (int64_t i = begin; i < end; ++i)
-          CHILD_CHECK(chunk.to(kFloat64).at<double>({i - begin}) == t.to(kFloat64).at<double>({i}),
-                      "reduce_scatter {} n={} i={}", dtype_name(dtype), n, i);
+          RANK_CHECK(chunk.to(kFloat64).at<double>({i - begin}) == t.to(kFloat64).at<double>({i}),
+                     "reduce_scatter {} n={} i={}", dtype_name(dtype), n, i);
       }
       // broadcast from the last rank
       Tensor b = pattern_tensor(rank, n, dtype);
       pg->broadcast(b, world - 1);
       for (int64_t i = 0; i < n; ++i)
-        CHILD_CHECK(b.to(kFloat64).at<double>({i}) == pattern(world - 1, i, dtype), "broadcast {} n={} i={}",
-                    dtype_name(dtype), n, i);
+        RANK_CHECK(b.to(kFloat64).at<double>({i}) == pattern(world - 1, i, dtype), "broadcast {} n={} i={}",
+                   dtype_name(dtype), n, i);
       // all_gather
       std::vector<Tensor> gathered;
       pg->all_gather(gathered, pattern_tensor(rank, n, dtype));
-      CHILD_CHECK(static_cast<int>(gathered.size()) == world, "all_gather size");
+      RANK_CHECK(static_cast<int>(gathered.size()) == world, "all_gather size");
       for (int r = 0; r < world; ++r)
         for (int64_t i = 0; i < n; ++i)
-          CHILD_CHECK(gathered[r].to(kFloat64).at<double>({i}) == pattern(r, i, dtype), "all_gather {} n={} r={}",
-                      dtype_name(dtype), n, r);
+          RANK_CHECK(gathered[r].to(kFloat64).at<double>({i}) == pattern(r, i, dtype), "all_gather {} n={} r={}",
+                     dtype_name(dtype), n, r);
       checks += 3;
     }
   }
   pg->barrier();
   // found-inf agreement: only the last rank has an Inf.
-  CHILD_CHECK(dist::any_rank(*pg, rank == world - 1), "any_rank");
-  CHILD_CHECK(!dist::any_rank(*pg, false), "any_rank false");
+  RANK_CHECK(dist::any_rank(*pg, rank == world - 1), "any_rank");
+  RANK_CHECK(!dist::any_rank(*pg, false), "any_rank false");
   std::printf("collectives ok: %lld checks, %lld collectives, %lld bytes\n", static_cast<long long>(checks),
               static_cast<long long>(pg->counters().collectives), static_cast<long long>(pg->counters().bytes));
   return 0;
@@ -222,7 +213,7 @@ int scenario_ddp() {
       } else {
         loss.backward();
         // backward() itself ended the round: every bucket reduced, .grad averaged.
-        CHILD_CHECK(ddp.counters().syncs == step + 1, "syncs {} after backward of step {}", ddp.counters().syncs, step);
+        RANK_CHECK(ddp.counters().syncs == step + 1, "syncs {} after backward of step {}", ddp.counters().syncs, step);
       }
     }
     ddp.finish_gradient_sync();  // a no-op here: the round ended with backward
@@ -235,8 +226,8 @@ int scenario_ddp() {
       "%.4f s\n",
       world, rank, options.overlap ? 1 : 0, static_cast<long long>(buckets), static_cast<long long>(c.reductions),
       static_cast<long long>(c.syncs), static_cast<long long>(c.bytes), c.seconds, c.wait_seconds);
-  CHILD_CHECK(c.syncs == kSteps, "syncs {} != steps {}", c.syncs, kSteps);
-  CHILD_CHECK(c.reductions == kSteps * buckets, "reductions {} != steps*buckets {}", c.reductions, kSteps * buckets);
+  RANK_CHECK(c.syncs == kSteps, "syncs {} != steps {}", c.syncs, kSteps);
+  RANK_CHECK(c.reductions == kSteps * buckets, "reductions {} != steps*buckets {}", c.reductions, kSteps * buckets);
   std::ofstream out(fs::path(std::getenv("HEED_TEST_OUT")) /
                     fmt::format("params.{}.{}.{}{}", world, micro, rank, options.overlap ? "" : ".serial"));
   out.precision(17);
@@ -307,21 +298,21 @@ int scenario_cuda_collectives() {
       if (op == dist::ReduceOp::Avg) expected = expected * (1.0 / world);
       Tensor t = rank_values(rank, dtype).to(kCUDA);
       pg->all_reduce(t, op);
-      CHILD_CHECK(t.device() == kCUDA && t.dtype() == dtype, "all_reduce changed the tensor's device or dtype");
+      RANK_CHECK(t.device() == kCUDA && t.dtype() == dtype, "all_reduce changed the tensor's device or dtype");
       const double err = max(abs(t.to(kCPU).to(kFloat64) - expected.to(dtype).to(kFloat64))).item<double>();
-      CHILD_CHECK(err == 0.0, "all_reduce {} {}: max error {}", dist::reduce_op_name(op), dtype_name(dtype), err);
+      RANK_CHECK(err == 0.0, "all_reduce {} {}: max error {}", dist::reduce_op_name(op), dtype_name(dtype), err);
       ++checks;
     }
   }
   Tensor b = rank_values(rank, kFloat32).to(kCUDA);
   pg->broadcast(b, world - 1);
-  CHILD_CHECK(max(abs(b.to(kCPU) - rank_values(world - 1, kFloat32))).item<double>() == 0.0, "broadcast");
+  RANK_CHECK(max(abs(b.to(kCPU) - rank_values(world - 1, kFloat32))).item<double>() == 0.0, "broadcast");
   std::vector<Tensor> gathered;
   pg->all_gather(gathered, rank_values(rank, kFloat32).to(kCUDA));
-  CHILD_CHECK(static_cast<int>(gathered.size()) == world, "all_gather size");
+  RANK_CHECK(static_cast<int>(gathered.size()) == world, "all_gather size");
   for (int r = 0; r < world; ++r) {
-    CHILD_CHECK(gathered[r].device() == kCUDA, "all_gather output on the host");
-    CHILD_CHECK(max(abs(gathered[r].to(kCPU) - rank_values(r, kFloat32))).item<double>() == 0.0, "all_gather {}", r);
+    RANK_CHECK(gathered[r].device() == kCUDA, "all_gather output on the host");
+    RANK_CHECK(max(abs(gathered[r].to(kCPU) - rank_values(r, kFloat32))).item<double>() == 0.0, "all_gather {}", r);
   }
   // DDP with CUDA parameters (CUDA buckets, reduced in the hooks): the same averaged
   // gradients as DDP on the CPU copy of the model, each rank on its own rows.
@@ -338,14 +329,14 @@ int scenario_cuda_collectives() {
   Tensor x = randn({4, 8});
   mean(cpu_model.forward(x)).backward();
   mean(cuda_model.forward(x.to(kCUDA))).backward();
-  CHILD_CHECK(cuda_ddp.counters().syncs == 1 && cuda_ddp.counters().reductions >= 1, "CUDA DDP did not reduce");
+  RANK_CHECK(cuda_ddp.counters().syncs == 1 && cuda_ddp.counters().reductions >= 1, "CUDA DDP did not reduce");
   auto cpu_params = cpu_model.parameters(), cuda_params = cuda_model.parameters();
   for (size_t i = 0; i < cpu_params.size(); ++i) {
     const Tensor g = cuda_params[i].grad();
-    CHILD_CHECK(g.defined() && g.device() == kCUDA, "CUDA DDP: parameter {} has no CUDA gradient", i);
+    RANK_CHECK(g.defined() && g.device() == kCUDA, "CUDA DDP: parameter {} has no CUDA gradient", i);
     const double scale = std::max(1e-30, max(abs(cpu_params[i].grad())).item<double>());
     const double err = max(abs(g.to(kCPU) - cpu_params[i].grad())).item<double>() / scale;
-    CHILD_CHECK(err < 1e-5, "CUDA DDP: parameter {} gradient differs from the CPU DDP's by {} (relative)", i, err);
+    RANK_CHECK(err < 1e-5, "CUDA DDP: parameter {} gradient differs from the CPU DDP's by {} (relative)", i, err);
   }
   std::printf("cuda collectives ok: %lld all_reduce checks, DDP on CUDA parameters\n",
               static_cast<long long>(checks + 2));
@@ -377,46 +368,18 @@ std::vector<double> read_values(const fs::path& path) {
   return values;
 }
 
-// Normwise relative difference max|a - b| / max|b| over all parameters (an elementwise ratio
-// is dominated by elements near zero, whose few-ulp float32 differences say nothing).
-double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return diff / std::max(scale, 1e-30);
-}
-
 }  // namespace
 
 TEST_CASE("dist child: runs one rank of a scenario (only as a child process of the dist tests)") {
-  const char* scenario = std::getenv(kScenarioVariable);
-  if (!scenario) return;  // in the normal test run this case does nothing
-  int code = 0;
-  try {
-    const std::string name = scenario;
-    if (name == "collectives")
-      code = scenario_collectives();
-    else if (name == "ddp")
-      code = scenario_ddp();
-    else if (name == "kill")
-      code = scenario_kill();
-    else if (name == "ddp_kill")
-      code = scenario_ddp_kill();
-    else if (name == "cuda_collectives")
-      code = scenario_cuda_collectives();
-    else if (name == "silent")
-      code = scenario_silent_peer();
-    else
-      code = 126;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "child error: %s\n", e.what());
-    code = 1;
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(code);
+  test::run_child_scenario(kScenarioVariable, [](const std::string& name) {
+    if (name == "collectives") return scenario_collectives();
+    if (name == "ddp") return scenario_ddp();
+    if (name == "kill") return scenario_kill();
+    if (name == "ddp_kill") return scenario_ddp_kill();
+    if (name == "cuda_collectives") return scenario_cuda_collectives();
+    if (name == "silent") return scenario_silent_peer();
+    return 126;
+  });
 }
 
 TEST_CASE("dist: a 1-rank group needs no store and its collectives are identities") {

@@ -91,19 +91,9 @@ int scenario_train(bool zero) {
 }  // namespace
 
 TEST_CASE("dist golden child: runs one rank (only as a child process of the DDP golden test)") {
-  const char* scenario = std::getenv(kScenarioVariable);
-  if (!scenario) return;  // in the normal test run this case does nothing
-  int code = 0;
-  try {
-    const std::string name = scenario;
-    code = name == "adamw" ? scenario_train(false) : name == "zero" ? scenario_train(true) : 126;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "child error: %s\n", e.what());
-    code = 1;
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(code);
+  heed::test::run_child_scenario(kScenarioVariable, [](const std::string& name) {
+    return name == "adamw" ? scenario_train(false) : name == "zero" ? scenario_train(true) : 126;
+  });
 }
 
 TEST_CASE("dist golden: 2 heed ranks with DDP + AdamW (and + ZeRO-1) follow PyTorch's DDP step by step") {

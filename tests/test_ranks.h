@@ -16,7 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -122,6 +124,36 @@ inline void require_all_ok(const std::vector<RankResult>& results) {
   for (size_t r = 0; r < results.size(); ++r)
     REQUIRE_MESSAGE(exited_ok(results[r]), "rank ", r, " status ", results[r].status, " timed out ",
                     results[r].timed_out, "\n", results[r].output);
+}
+
+// Normwise relative difference max|a - b| / max|b| (an elementwise ratio is dominated by
+// elements near zero, whose few-ulp float32 differences say nothing).
+inline double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+// The body of a "... child" test case: when `scenario_variable` is set (this process is a rank
+// started by run_ranks), runs `run(scenario)` and exits with its code (1 on an exception, after
+// printing it); otherwise returns at once (the normal test run).
+template <typename Run>
+void run_child_scenario(const char* scenario_variable, Run&& run) {
+  const char* scenario = std::getenv(scenario_variable);
+  if (!scenario) return;
+  int code = 0;
+  try {
+    code = run(std::string(scenario));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "child error: %s\n", e.what());
+    code = 1;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
 }
 
 }  // namespace heed::test

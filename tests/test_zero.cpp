@@ -22,6 +22,7 @@
 #include "test_skip.h"
 
 using namespace heed;
+using heed::test::max_relative_difference;
 namespace fs = std::filesystem;
 
 namespace {
@@ -227,36 +228,14 @@ int scenario_tiny() {
   return 0;
 }
 
-double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return diff / std::max(scale, 1e-30);
-}
-
 }  // namespace
 
 TEST_CASE("zero child: runs one rank of a scenario (only as a child process of the zero tests)") {
-  const char* scenario = std::getenv(kScenarioVariable);
-  if (!scenario) return;  // in the normal test run this case does nothing
-  int code = 0;
-  try {
-    const std::string name = scenario;
-    if (name == "train")
-      code = scenario_train();
-    else if (name == "tiny")
-      code = scenario_tiny();
-    else
-      code = 126;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "child error: %s\n", e.what());
-    code = 1;
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(code);
+  heed::test::run_child_scenario(kScenarioVariable, [](const std::string& name) {
+    if (name == "train") return scenario_train();
+    if (name == "tiny") return scenario_tiny();
+    return 126;
+  });
 }
 
 TEST_CASE(
