@@ -14,10 +14,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "heed/config.h"
 #include "heed/device.h"
 #include "heed/dtype.h"
+#include "kernels/base/elementwise_table.h"
 
 namespace heed::kernels {
 
@@ -30,57 +32,37 @@ struct StridedView {
   int64_t strides[kMaxDims] = {};  // in elements
 };
 
-enum class UnaryOp : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Abs,
-  Relu,
-  GeluTanh,
-  GeluErf,
-  Tanh,
-  Sigmoid,
-  Sign,
-  AddScalar,   // x + alpha
-  MulScalar,   // x * alpha
-  PowScalar,   // x ^ alpha
-  RSubScalar,  // alpha - x
-  RDivScalar,  // alpha / x
-  ClampMin,    // max(x, alpha), NaN stays NaN
-  ClampMax,    // min(x, alpha), NaN stays NaN
-  LogicalNot,  // bool only
-  Count
-};
-const char* unary_op_name(UnaryOp op);
+// The element-wise ops, one enum value per row of kernels/base/elementwise_table.h.
+#define HEED_UNARY_ENUM_VALUE(Row, function) Row,
+enum class UnaryOp : uint8_t { HEED_FOR_EACH_UNARY_OP(HEED_UNARY_ENUM_VALUE) Count };
+#undef HEED_UNARY_ENUM_VALUE
+#define HEED_BINARY_ENUM_VALUE(Row) Row,
+enum class BinaryOp : uint8_t { HEED_FOR_EACH_BINARY_OP(HEED_BINARY_ENUM_VALUE) Count };
+#undef HEED_BINARY_ENUM_VALUE
 
-enum class BinaryOp : uint8_t {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Maximum,
-  Minimum,
-  Eq,
-  Ne,
-  Lt,
-  Le,
-  Gt,
-  Ge,  // produce bool
-  LogicalAnd,
-  LogicalOr,  // bool only
-  // Gradient helpers: a = incoming gradient, b = the saved forward input (x) or output (y).
-  ReluBackward,      // a * (x > 0)
-  GeluTanhBackward,  // a * d/dx gelu_tanh(x)
-  GeluErfBackward,   // a * d/dx gelu_erf(x)
-  TanhBackward,      // a * (1 - y^2)
-  SigmoidBackward,   // a * y * (1 - y)
-  Count
-};
-const char* binary_op_name(BinaryOp op);
-constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
+// A row's name, domain and gradient kind by enum value.
+#define HEED_UNARY_NAME(Row, function) unary::Row::name,
+#define HEED_UNARY_DOMAIN(Row, function) unary::Row::domain,
+#define HEED_UNARY_GRAD(Row, function) unary::Row::grad,
+inline constexpr const char* kUnaryOpNames[] = {HEED_FOR_EACH_UNARY_OP(HEED_UNARY_NAME)};
+inline constexpr OpDomain kUnaryOpDomains[] = {HEED_FOR_EACH_UNARY_OP(HEED_UNARY_DOMAIN)};
+inline constexpr OpGrad kUnaryOpGrads[] = {HEED_FOR_EACH_UNARY_OP(HEED_UNARY_GRAD)};
+#undef HEED_UNARY_NAME
+#undef HEED_UNARY_DOMAIN
+#undef HEED_UNARY_GRAD
+#define HEED_BINARY_NAME(Row) binary::Row::name,
+#define HEED_BINARY_DOMAIN(Row) binary::Row::domain,
+inline constexpr const char* kBinaryOpNames[] = {HEED_FOR_EACH_BINARY_OP(HEED_BINARY_NAME)};
+inline constexpr OpDomain kBinaryOpDomains[] = {HEED_FOR_EACH_BINARY_OP(HEED_BINARY_DOMAIN)};
+#undef HEED_BINARY_NAME
+#undef HEED_BINARY_DOMAIN
+
+constexpr const char* unary_op_name(UnaryOp op) { return kUnaryOpNames[static_cast<int>(op)]; }
+constexpr OpDomain unary_domain(UnaryOp op) { return kUnaryOpDomains[static_cast<int>(op)]; }
+constexpr OpGrad unary_grad(UnaryOp op) { return kUnaryOpGrads[static_cast<int>(op)]; }
+constexpr const char* binary_op_name(BinaryOp op) { return kBinaryOpNames[static_cast<int>(op)]; }
+constexpr OpDomain binary_domain(BinaryOp op) { return kBinaryOpDomains[static_cast<int>(op)]; }
+constexpr bool is_comparison(BinaryOp op) { return binary_domain(op) == OpDomain::Comparison; }
 
 enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Count };
 
@@ -105,6 +87,10 @@ using FillFn = void (*)(const StridedView& dst, double value);
 using CopyFn = void (*)(const StridedView& dst, const StridedView& src);
 // out = op(in) with scalar alpha; in and out contiguous with n elements.
 using UnaryFn = void (*)(UnaryOp op, DType dtype, const void* in, void* out, int64_t n, double alpha);
+// grad_in = dL/dx of a unary row from grad (dL/dy) and what the row saves (x or y; null when it
+// saves nothing); grad, saved and grad_in contiguous with n elements of one floating dtype.
+using UnaryBackwardFn = void (*)(UnaryOp op, DType dtype, const void* grad, const void* saved, void* grad_in, int64_t n,
+                                 double alpha);
 // out = op(a, b); a and b are views broadcast (stride 0) to out's shape; out contiguous.
 using BinaryFn = void (*)(BinaryOp op, const StridedView& a, const StridedView& b, const StridedView& out);
 // out = cond ? a : b; all views broadcast to out's shape; cond is bool; out contiguous.
@@ -257,6 +243,7 @@ using GlobalNormFn = double (*)(const NormInput* inputs, int count, double norm_
   X(fill, FillFn)                                   \
   X(copy, CopyFn)                                   \
   X(unary, UnaryFn)                                 \
+  X(unary_backward, UnaryBackwardFn)                \
   X(binary, BinaryFn)                               \
   X(where, WhereFn)                                 \
   X(reduce, ReduceFn)                               \
@@ -280,6 +267,11 @@ using GlobalNormFn = double (*)(const NormInput* inputs, int count, double norm_
   X(flash_attention_backward, FlashAttentionFn)     \
   X(global_norm, GlobalNormFn)
 // clang-format on
+
+// Declares every kernel of the table as a function of a backend namespace (cpu_kernels.h,
+// cuda_kernels.h): `std::remove_pointer_t<FillFn> fill;` declares
+// `void fill(const StridedView& dst, double value);`.
+#define HEED_DECLARE_KERNEL_FUNCTION(name, type) std::remove_pointer_t<type> name;
 
 struct KernelTable {
 #define HEED_KERNEL_FIELD(name, type) type name = nullptr;

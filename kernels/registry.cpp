@@ -32,38 +32,4 @@ KernelSupport kernel_support(DeviceType type, int i) {
   return {kEntries[i].name, kEntries[i].present(kernel_table(type))};
 }
 
-const char* unary_op_name(UnaryOp op) {
-  static const char* const names[] = {"neg",         "exp",         "log",        "sqrt",       "rsqrt",
-                                      "abs",         "relu",        "gelu_tanh",  "gelu_erf",   "tanh",
-                                      "sigmoid",     "sign",        "add_scalar", "mul_scalar", "pow_scalar",
-                                      "rsub_scalar", "rdiv_scalar", "clamp_min",  "clamp_max",  "logical_not"};
-  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(UnaryOp::Count));
-  return names[static_cast<int>(op)];
-}
-
-const char* binary_op_name(BinaryOp op) {
-  static const char* const names[] = {"add",
-                                      "sub",
-                                      "mul",
-                                      "div",
-                                      "pow",
-                                      "maximum",
-                                      "minimum",
-                                      "eq",
-                                      "ne",
-                                      "lt",
-                                      "le",
-                                      "gt",
-                                      "ge",
-                                      "logical_and",
-                                      "logical_or",
-                                      "relu_backward",
-                                      "gelu_tanh_backward",
-                                      "gelu_erf_backward",
-                                      "tanh_backward",
-                                      "sigmoid_backward"};
-  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(BinaryOp::Count));
-  return names[static_cast<int>(op)];
-}
-
 }  // namespace heed::kernels

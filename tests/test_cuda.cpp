@@ -217,6 +217,8 @@ TEST_CASE("cuda: unary element-wise ops, every floating dtype, forward and backw
       {"gelu tanh", false, [](const Tensor& x) { return gelu(x, GeluApproximation::Tanh); }},
       {"tanh", false, [](const Tensor& x) { return tanh(x); }},
       {"sigmoid", false, [](const Tensor& x) { return sigmoid(x); }},
+      {"silu", false, [](const Tensor& x) { return silu(x); }},
+      {"softplus", false, [](const Tensor& x) { return softplus(x); }},
       {"sign", false, [](const Tensor& x) { return sign(x); }},
       {"add_scalar", false, [](const Tensor& x) { return add_scalar(x, 1.5); }},
       {"mul_scalar", false, [](const Tensor& x) { return mul_scalar(x, -0.75); }},

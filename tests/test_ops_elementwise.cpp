@@ -211,6 +211,10 @@ std::vector<UnaryCase> unary_cases() {
       {"tanh", [](auto& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, u},
       {"sigmoid", [](auto& x) { return sigmoid(x); }, [](double x) { return 1.0 / (1.0 + std::exp(-x)); },
        InputSpec::uniform({}, -8.0, 8.0)},
+      {"silu", [](auto& x) { return silu(x); }, [](double x) { return x / (1.0 + std::exp(-x)); },
+       InputSpec::uniform({}, -8.0, 8.0)},
+      {"softplus", [](auto& x) { return softplus(x); }, [](double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); },
+       InputSpec::uniform({}, -8.0, 24.0)},
       {"square", [](auto& x) { return square(x); }, [](double x) { return x * x; }, u},
       {"pow_2.5", [](auto& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, pos},
       {"pow_3", [](auto& x) { return pow(x, 3.0); }, [](double x) { return x * x * x; }, u},
@@ -289,6 +293,9 @@ TEST_CASE("elementwise: special values") {
   check_values(clamp(x, -2.0, 2.0), {6}, {-2.0, -1.0, 0.0, 1.0, 2.0, kNaN});
   check_values(exp(x), {6}, {0.0, std::exp(-1.0), 1.0, std::exp(1.0), kInf, kNaN});
   check_values(tanh(x), {6}, {-1.0, std::tanh(-1.0), 0.0, std::tanh(1.0), 1.0, kNaN});
+  check_values(silu(x), {6}, {0.0, -1.0 / (1.0 + std::exp(1.0)), 0.0, 1.0 / (1.0 + std::exp(-1.0)), 1000.0, kNaN});
+  check_values(softplus(x), {6},
+               {0.0, std::log1p(std::exp(-1.0)), std::log(2.0), std::log1p(std::exp(1.0)), 1000.0, kNaN});
   const Tensor ones6 = ones({6}, kFloat64);
   check_values(maximum(x, ones6), {6}, {1.0, 1.0, 1.0, 1.0, 1000.0, kNaN});
   check_values(maximum(ones6, x), {6}, {1.0, 1.0, 1.0, 1.0, 1000.0, kNaN});

@@ -386,6 +386,14 @@ void add_elementwise_cases(OpCaseRegistry& r) {
          }});
   r.add({"tanh", "tanh(x)", {S::uniform({3, 4}, -3.0, 3.0)}, [](In x) { return tanh(x[0]); }});
   r.add({"sigmoid", "sigmoid(x)", {S::uniform({3, 4}, -4.0, 4.0)}, [](In x) { return sigmoid(x[0]); }});
+  r.add({"silu", "silu(x) = x * sigmoid(x)", {S::uniform({3, 4}, -4.0, 4.0)}, [](In x) { return silu(x[0]); }});
+  r.add({"softplus", "softplus(x) = log(1 + exp(x))", {S::uniform({3, 4}, -4.0, 4.0)}, [](In x) {
+           return softplus(x[0]);
+         }});
+  r.add(
+      {"softplus_linear_region", "softplus(x) = x above the threshold 20", {S::uniform({2, 3}, 21.0, 25.0)}, [](In x) {
+         return softplus(x[0]);
+       }});
   r.add({"clamp",
          "clamp(x, -0.5, 0.7), x away from the bounds",
          {S::away_from({4, 5}, {-0.5, 0.7}, 0.05, -1.5, 1.5)},

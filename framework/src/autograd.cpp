@@ -17,6 +17,7 @@
 
 #include "heed/anomaly.h"
 #include "heed/ops.h"
+#define HEED_DEFINES_RECORD_OP  // this file defines record_op (internal.h poisons it elsewhere)
 #include "internal.h"
 
 namespace heed {
@@ -121,6 +122,13 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
   return false;
+}
+
+std::vector<std::string> recorded_op_names() {
+  std::vector<std::string> names;
+  for (const detail::RegistryEntry& e : detail::kOpRegistry)
+    if (e.recorded) names.emplace_back(e.name);
+  return names;
 }
 
 void record_op(const char* op, const std::vector<const Tensor*>& inputs, Tensor& output, Node::BackwardFn backward) {

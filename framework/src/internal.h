@@ -56,4 +56,77 @@ inline int64_t prod(const Dims& shape, int begin, int end) {
 Tensor binary_raw(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const char* name);
 Tensor unary_raw(kernels::UnaryOp op, const Tensor& x, double alpha, const char* name);
 
+// ---- the op registry ------------------------------------------------------------------------
+// Every name heed's own ops record on the tape: the differentiable rows of the element-wise
+// table (kernels/base/elementwise_table.h) plus the ops written by hand below. heed's op code
+// records through detail::record(OpName, ...) only (record_op is poisoned in files that include
+// this header), and an OpName is built from a literal at compile time only when the registry
+// holds it, so no op can record a name the registry does not know. tests/test_gradcheck.cpp
+// reads the registry (heed::recorded_op_names) and requires a gradient-check case that runs
+// each name.
+// clang-format off
+#define HEED_HAND_WRITTEN_RECORDED_OPS(X)                                                        \
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(clamp) X(where) X(masked_fill)       \
+  X(sum) X(var) X(max) X(min) X(matmul) X(layer_norm) X(softmax) X(log_softmax) X(cross_entropy)  \
+  X(dropout) X(flash_attention) X(flash_attention_packed) X(scaled_dot_product_attention)        \
+  X(view) X(permute) X(slice) X(select) X(expand) X(cat) X(index_select) X(gather)               \
+  X(to_dtype) X(to_device) X(contiguous) X(clone)
+// clang-format on
+
+constexpr bool table_row_records(kernels::OpGrad grad) {
+  return grad != kernels::OpGrad::NotDifferentiable && grad != kernels::OpGrad::Custom;
+}
+struct RegistryEntry {
+  const char* name;
+  bool recorded;
+};
+#define HEED_TABLE_ENTRY(Row, function) {kernels::unary::Row::name, table_row_records(kernels::unary::Row::grad)},
+#define HEED_HAND_ENTRY(name) {#name, true},
+inline constexpr RegistryEntry kOpRegistry[] = {HEED_FOR_EACH_UNARY_OP(HEED_TABLE_ENTRY)
+                                                    HEED_HAND_WRITTEN_RECORDED_OPS(HEED_HAND_ENTRY)};
+#undef HEED_TABLE_ENTRY
+#undef HEED_HAND_ENTRY
+
+constexpr bool same_text(const char* a, const char* b) {
+  while (*a && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+constexpr bool in_registry(const char* name) {
+  for (const RegistryEntry& e : kOpRegistry)
+    if (e.recorded && same_text(e.name, name)) return true;
+  return false;
+}
+
+// A registered op name. From a literal: checked at compile time (a name missing from the
+// registry does not compile). From a run-time string (an op helper shared by several names):
+// OpName::registered, which throws an internal error for an unknown name.
+class OpName {
+ public:
+  consteval OpName(const char* name) : name_(name) {  // NOLINT(google-explicit-constructor)
+    if (!in_registry(name)) throw "op name missing from HEED_HAND_WRITTEN_RECORDED_OPS (framework/src/internal.h)";
+  }
+  static OpName registered(const char* name) {
+    HEED_INTERNAL_ASSERT(in_registry(name));
+    return OpName(name, 0);
+  }
+  const char* c_str() const { return name_; }
+
+ private:
+  OpName(const char* name, int) : name_(name) {}
+  const char* name_;
+};
+
+inline void record(OpName op, std::initializer_list<const Tensor*> inputs, Tensor& output, Node::BackwardFn backward) {
+  record_op(op.c_str(), std::vector<const Tensor*>(inputs), output, std::move(backward));
+}
+inline void record(OpName op, const std::vector<const Tensor*>& inputs, Tensor& output, Node::BackwardFn backward) {
+  record_op(op.c_str(), inputs, output, std::move(backward));
+}
+
 }  // namespace heed::detail
+
+// Op code records through detail::record (registered names only); autograd.cpp, which defines
+// record_op, includes this header with HEED_DEFINES_RECORD_OP.
+#ifndef HEED_DEFINES_RECORD_OP
+#pragma GCC poison record_op
+#endif

@@ -22,22 +22,22 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* nam
   check_defined(b, name);
   check_same_device(a, b, name);
   DType dtype = promote_types(a.dtype(), b.dtype());
-  const bool logical = op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;
-  if (logical) {
+  const kernels::OpDomain domain = kernels::binary_domain(op);
+  if (domain == kernels::OpDomain::Bool) {
     HEED_CHECK(a.dtype() == kBool && b.dtype() == kBool, name, "expects bool tensors, got {} and {}",
                dtype_name(a.dtype()), dtype_name(b.dtype()));
-  } else if (kernels::is_comparison(op)) {
+  } else if (domain == kernels::OpDomain::Comparison) {
     if (dtype == kBool) dtype = kInt32;
   } else {
     HEED_CHECK(dtype != kBool, name, "arithmetic on bool tensors is not supported (shapes {} and {})",
                shape_str(a.shape()), shape_str(b.shape()));
-    if ((op == BinaryOp::Div || op == BinaryOp::Pow || op >= BinaryOp::ReluBackward) && !is_floating(dtype))
-      dtype = kFloat32;
+    if (domain == kernels::OpDomain::Float && !is_floating(dtype)) dtype = kFloat32;
   }
   const Dims out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   const Tensor A = a.dtype() == dtype ? a : a.detach().to(dtype);
   const Tensor B = b.dtype() == dtype ? b : b.detach().to(dtype);
-  const DType out_dtype = (kernels::is_comparison(op) || logical) ? kBool : dtype;
+  const bool gives_bool = domain == kernels::OpDomain::Comparison || domain == kernels::OpDomain::Bool;
+  const DType out_dtype = gives_bool ? kBool : dtype;
   Tensor out = make_empty(out_shape, out_dtype, a.device());
   if (out.numel() > 0)
     HEED_KERNEL(a.device(), binary)(op, broadcast_view(A, out_shape), broadcast_view(B, out_shape), view_of(out));
@@ -47,16 +47,14 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* nam
 Tensor unary_raw(UnaryOp op, const Tensor& x, double alpha, const char* name) {
   check_defined(x, name);
   DType dtype = x.dtype();
-  if (op == UnaryOp::LogicalNot) {
+  const kernels::OpDomain domain = kernels::unary_domain(op);
+  if (domain == kernels::OpDomain::Bool) {
     HEED_CHECK(dtype == kBool, name, "expects a bool tensor, got {}", dtype_name(dtype));
   } else {
     HEED_CHECK(dtype != kBool, name, "arithmetic on a bool tensor is not supported (shape {})", shape_str(x.shape()));
     // Integers stay integers where the result is exact (PyTorch promotes the rest to float).
-    const bool integral_alpha = alpha == std::floor(alpha);
-    const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign ||
-                            ((op == UnaryOp::ClampMin || op == UnaryOp::ClampMax || op == UnaryOp::AddScalar ||
-                              op == UnaryOp::MulScalar || op == UnaryOp::RSubScalar) &&
-                             integral_alpha);
+    const bool integer_ok = domain == kernels::OpDomain::Numeric ||
+                            (domain == kernels::OpDomain::NumericIntegralArg && alpha == std::floor(alpha));
     if (!is_floating(dtype) && !integer_ok) dtype = kFloat32;
   }
   const Tensor src = (dtype == x.dtype() ? x.detach() : x.detach().to(dtype)).contiguous();
@@ -93,7 +91,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   Tensor out = binary_raw(BinaryOp::Add, a, alpha == 1.0 ? b : unary_raw(UnaryOp::MulScalar, b, alpha, "add"), "add");
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
-    record_op("add", {&a, &b}, out, [ia, ib, alpha](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("add", {&a, &b}, out, [ia, ib, alpha](const Tensor& g) -> std::vector<Tensor> {
       return {ia.needs_grad ? to_input(g, ia.shape, ia.dtype) : Tensor(),
               ib.needs_grad ? to_input(alpha == 1.0 ? g : g * alpha, ib.shape, ib.dtype) : Tensor()};
     });
@@ -105,7 +103,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(BinaryOp::Sub, a, b, "sub");
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
-    record_op("sub", {&a, &b}, out, [ia, ib](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("sub", {&a, &b}, out, [ia, ib](const Tensor& g) -> std::vector<Tensor> {
       return {ia.needs_grad ? to_input(g, ia.shape, ia.dtype) : Tensor(),
               ib.needs_grad ? to_input(neg(g), ib.shape, ib.dtype) : Tensor()};
     });
@@ -118,7 +116,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
     SavedTensor sa(ib.needs_grad ? a : Tensor(), "mul"), sb(ia.needs_grad ? b : Tensor(), "mul");
-    record_op("mul", {&a, &b}, out, [ia, ib, sa, sb](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("mul", {&a, &b}, out, [ia, ib, sa, sb](const Tensor& g) -> std::vector<Tensor> {
       return {ia.needs_grad ? to_input(g * sb.get(), ia.shape, ia.dtype) : Tensor(),
               ib.needs_grad ? to_input(g * sa.get(), ib.shape, ib.dtype) : Tensor()};
     });
@@ -131,7 +129,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
     SavedTensor sb(b, "div"), sout(ib.needs_grad ? out : Tensor(), "div");
-    record_op("div", {&a, &b}, out, [ia, ib, sb, sout](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("div", {&a, &b}, out, [ia, ib, sb, sout](const Tensor& g) -> std::vector<Tensor> {
       Tensor b = sb.get();
       Tensor ga = g / b;
       return {ia.needs_grad ? to_input(ga, ia.shape, ia.dtype) : Tensor(),
@@ -146,7 +144,7 @@ Tensor pow(const Tensor& base, const Tensor& exponent) {
   if (any_requires_grad({&base, &exponent})) {
     InputInfo ia(base), ib(exponent);
     SavedTensor sa(base, "pow"), sb(exponent, "pow"), sout(out, "pow");
-    record_op("pow", {&base, &exponent}, out, [ia, ib, sa, sb, sout](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("pow", {&base, &exponent}, out, [ia, ib, sa, sb, sout](const Tensor& g) -> std::vector<Tensor> {
       Tensor a = sa.get(), b = sb.get();
       Tensor ga, gb;
       if (ia.needs_grad) ga = to_input(g * b * pow(a, b - 1.0), ia.shape, ia.dtype);
@@ -168,16 +166,17 @@ Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b, const char* name)
     InputInfo ia(a), ib(b);
     SavedTensor sa(a, name), sb(b, name);
     const bool is_max = op == BinaryOp::Maximum;
-    record_op(name, {&a, &b}, out, [ia, ib, sa, sb, is_max](const Tensor& g) -> std::vector<Tensor> {
-      // The winner takes the gradient; a tie splits it in half.
-      Tensor a = sa.get(), b = sb.get();
-      Tensor a_wins = is_max ? gt(a, b) : lt(a, b), tie = eq(a, b);
-      Tensor zero = zeros({}, g.options()), half_g = g * 0.5;
-      Tensor ga = where(a_wins, g, where(tie, half_g, zero));
-      Tensor gb = where(a_wins, zero, where(tie, half_g, g));
-      return {ia.needs_grad ? to_input(ga, ia.shape, ia.dtype) : Tensor(),
-              ib.needs_grad ? to_input(gb, ib.shape, ib.dtype) : Tensor()};
-    });
+    detail::record(detail::OpName::registered(name), {&a, &b}, out,
+                   [ia, ib, sa, sb, is_max](const Tensor& g) -> std::vector<Tensor> {
+                     // The winner takes the gradient; a tie splits it in half.
+                     Tensor a = sa.get(), b = sb.get();
+                     Tensor a_wins = is_max ? gt(a, b) : lt(a, b), tie = eq(a, b);
+                     Tensor zero = zeros({}, g.options()), half_g = g * 0.5;
+                     Tensor ga = where(a_wins, g, where(tie, half_g, zero));
+                     Tensor gb = where(a_wins, zero, where(tie, half_g, g));
+                     return {ia.needs_grad ? to_input(ga, ia.shape, ia.dtype) : Tensor(),
+                             ib.needs_grad ? to_input(gb, ib.shape, ib.dtype) : Tensor()};
+                   });
   }
   return out;
 }
@@ -186,114 +185,74 @@ Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b, const char* name)
 Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Maximum, a, b, "maximum"); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Minimum, a, b, "minimum"); }
 
-// ---- unary ----------------------------------------------------------------------------------
+// ---- unary: every op from its row of kernels/base/elementwise_table.h -------------------------
 
 namespace {
-// Records a unary op whose gradient is f(g, saved) with `saved` the input or the output.
-template <typename GradFn>
-Tensor unary_op(UnaryOp op, const Tensor& x, double alpha, const char* name, bool save_output, GradFn grad_fn) {
+
+// A unary row's grad_in from g and what the row saved (unary_backward kernel), in the dtype
+// the row computed in, then converted back to the input's dtype.
+Tensor unary_row_backward(UnaryOp op, const Tensor& g, const Tensor& saved, double alpha, DType in_dtype) {
+  const DType dtype = saved.defined() ? saved.dtype() : g.dtype();
+  const Tensor grad = (g.dtype() == dtype ? g : g.to(dtype)).contiguous();
+  Tensor grad_in = detail::make_empty(grad.shape(), dtype, grad.device());
+  if (grad_in.numel() > 0) HEED_KERNEL(grad.device(), unary_backward)
+  (op, dtype, grad.raw_data(), saved.defined() ? saved.contiguous().raw_data() : nullptr, grad_in.raw_data(),
+   grad_in.numel(), alpha);
+  return grad_in.dtype() == in_dtype ? grad_in : grad_in.to(in_dtype);
+}
+
+// Forward of the row `op` on x with scalar alpha, and its autograd record as the row says
+// (saves x, y or nothing; passthrough; not differentiable).
+Tensor unary_from_table(UnaryOp op, const Tensor& x, double alpha) {
+  const char* name = kernels::unary_op_name(op);
   Tensor out = unary_raw(op, x, alpha, name);
-  if (any_requires_grad({&x})) {
-    const DType in_dtype = x.dtype();
-    SavedTensor saved(save_output ? out : x, name);
-    record_op(name, {&x}, out, [saved, grad_fn, in_dtype](const Tensor& g) -> std::vector<Tensor> {
-      Tensor r = grad_fn(g, saved.get());
-      return {r.dtype() == in_dtype ? r : r.to(in_dtype)};
+  const kernels::OpGrad grad = kernels::unary_grad(op);
+  if (!detail::table_row_records(grad) || !any_requires_grad({&x})) return out;
+  const DType in_dtype = x.dtype();
+  const detail::OpName op_name = detail::OpName::registered(name);
+  if (grad == kernels::OpGrad::Passthrough) {
+    detail::record(op_name, {&x}, out, [in_dtype](const Tensor& g) -> std::vector<Tensor> {
+      return {g.dtype() == in_dtype ? g : g.to(in_dtype)};
     });
+    return out;
   }
+  // An integer input computed in float32 is saved as the float32 values the row saw.
+  const Tensor saved_value = grad == kernels::OpGrad::SavesOutput ? out
+                             : grad == kernels::OpGrad::SavesInput
+                                 ? (x.dtype() == out.dtype() ? x : x.detach().to(out.dtype()))
+                                 : Tensor();
+  SavedTensor saved(saved_value, name);
+  detail::record(op_name, {&x}, out, [op, saved, alpha, in_dtype](const Tensor& g) -> std::vector<Tensor> {
+    return {unary_row_backward(op, g, saved.defined() ? saved.get() : Tensor(), alpha, in_dtype)};
+  });
   return out;
 }
-// Records a unary op whose gradient needs no saved tensor.
-template <typename GradFn>
-Tensor unary_op_nosave(UnaryOp op, const Tensor& x, double alpha, const char* name, GradFn grad_fn) {
-  Tensor out = unary_raw(op, x, alpha, name);
-  if (any_requires_grad({&x}))
-    record_op(name, {&x}, out, [grad_fn](const Tensor& g) -> std::vector<Tensor> { return {grad_fn(g)}; });
-  return out;
-}
+
 }  // namespace
 
-Tensor add_scalar(const Tensor& x, double value) {
-  return unary_op_nosave(UnaryOp::AddScalar, x, value, "add_scalar", [](const Tensor& g) { return g; });
-}
-Tensor mul_scalar(const Tensor& x, double value) {
-  return unary_op_nosave(UnaryOp::MulScalar, x, value, "mul_scalar", [value](const Tensor& g) { return g * value; });
-}
-Tensor rsub_scalar(const Tensor& x, double value) {
-  return unary_op_nosave(UnaryOp::RSubScalar, x, value, "rsub_scalar", [](const Tensor& g) { return neg(g); });
-}
-Tensor rdiv_scalar(const Tensor& x, double value) {
-  // d/dx (v / x) = -v / x^2 = -out / x
-  Tensor out = unary_raw(UnaryOp::RDivScalar, x, value, "rdiv_scalar");
-  if (any_requires_grad({&x})) {
-    SavedTensor sx(x, "rdiv_scalar"), sout(out, "rdiv_scalar");
-    record_op("rdiv_scalar", {&x}, out,
-              [sx, sout](const Tensor& g) -> std::vector<Tensor> { return {neg(g * sout.get() / sx.get())}; });
-  }
-  return out;
-}
-Tensor neg(const Tensor& x) {
-  return unary_op_nosave(UnaryOp::Neg, x, 0, "neg", [](const Tensor& g) { return neg(g); });
-}
-Tensor exp(const Tensor& x) {
-  return unary_op(UnaryOp::Exp, x, 0, "exp", true, [](const Tensor& g, const Tensor& y) { return g * y; });
-}
-Tensor log(const Tensor& x) {
-  return unary_op(UnaryOp::Log, x, 0, "log", false, [](const Tensor& g, const Tensor& x) { return g / x; });
-}
-Tensor sqrt(const Tensor& x) {
-  return unary_op(UnaryOp::Sqrt, x, 0, "sqrt", true, [](const Tensor& g, const Tensor& y) { return g * 0.5 / y; });
-}
-Tensor rsqrt(const Tensor& x) {
-  // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
-  return unary_op(UnaryOp::Rsqrt, x, 0, "rsqrt", true,
-                  [](const Tensor& g, const Tensor& y) { return g * pow(y, 3.0) * -0.5; });
-}
-Tensor abs(const Tensor& x) {
-  return unary_op(UnaryOp::Abs, x, 0, "abs", false, [](const Tensor& g, const Tensor& x) { return g * sign(x); });
-}
-Tensor sign(const Tensor& x) { return unary_raw(UnaryOp::Sign, x, 0, "sign"); }
-Tensor relu(const Tensor& x) {
-  return unary_op(UnaryOp::Relu, x, 0, "relu", false, [](const Tensor& g, const Tensor& x) {
-    return binary_raw(BinaryOp::ReluBackward, g, x, "relu_backward");
-  });
-}
-Tensor gelu(const Tensor& x, GeluApproximation approximation) {
-  if (approximation == GeluApproximation::Tanh)
-    return unary_op(UnaryOp::GeluTanh, x, 0, "gelu_tanh", false, [](const Tensor& g, const Tensor& x) {
-      return binary_raw(BinaryOp::GeluTanhBackward, g, x, "gelu_tanh_backward");
-    });
-  return unary_op(UnaryOp::GeluErf, x, 0, "gelu", false, [](const Tensor& g, const Tensor& x) {
-    return binary_raw(BinaryOp::GeluErfBackward, g, x, "gelu_backward");
-  });
-}
-Tensor tanh(const Tensor& x) {
-  return unary_op(UnaryOp::Tanh, x, 0, "tanh", true, [](const Tensor& g, const Tensor& y) {
-    return binary_raw(BinaryOp::TanhBackward, g, y, "tanh_backward");
-  });
-}
-Tensor sigmoid(const Tensor& x) {
-  return unary_op(UnaryOp::Sigmoid, x, 0, "sigmoid", true, [](const Tensor& g, const Tensor& y) {
-    return binary_raw(BinaryOp::SigmoidBackward, g, y, "sigmoid_backward");
-  });
-}
-Tensor pow(const Tensor& base, double exponent) {
-  return unary_op(UnaryOp::PowScalar, base, exponent, "pow_scalar", false,
-                  [exponent](const Tensor& g, const Tensor& x) {
-                    if (exponent == 0.0) return zeros_like(g);
-                    if (exponent == 1.0) return g;
-                    if (exponent == 2.0) return g * x * 2.0;
-                    return g * pow(x, exponent - 1.0) * exponent;
-                  });
-}
+// The public functions of HEED_UNARY_FUNCTION_OPS: `Tensor exp(const Tensor& x)` and so on.
+#define HEED_DEFINE_UNARY_FUNCTION(Row, function) \
+  Tensor function(const Tensor& x) { return unary_from_table(UnaryOp::Row, x, 0.0); }
+HEED_UNARY_FUNCTION_OPS(HEED_DEFINE_UNARY_FUNCTION)
+#undef HEED_DEFINE_UNARY_FUNCTION
+
+// The rows with a scalar argument or a mode (HEED_UNARY_SPECIAL_OPS).
+Tensor add_scalar(const Tensor& x, double value) { return unary_from_table(UnaryOp::AddScalar, x, value); }
+Tensor mul_scalar(const Tensor& x, double value) { return unary_from_table(UnaryOp::MulScalar, x, value); }
+Tensor rsub_scalar(const Tensor& x, double value) { return unary_from_table(UnaryOp::RSubScalar, x, value); }
+Tensor rdiv_scalar(const Tensor& x, double value) { return unary_from_table(UnaryOp::RDivScalar, x, value); }
+Tensor pow(const Tensor& base, double exponent) { return unary_from_table(UnaryOp::PowScalar, base, exponent); }
 Tensor square(const Tensor& x) { return pow(x, 2.0); }
+Tensor gelu(const Tensor& x, GeluApproximation approximation) {
+  return unary_from_table(approximation == GeluApproximation::Tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x, 0.0);
+}
 
 Tensor clamp(const Tensor& x, double min_value, double max_value) {
   HEED_CHECK(!(min_value > max_value), "clamp", "min {} is larger than max {}", min_value, max_value);
   Tensor out = unary_raw(UnaryOp::ClampMax, unary_raw(UnaryOp::ClampMin, x, min_value, "clamp"), max_value, "clamp");
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "clamp");
-    record_op("clamp", {&x}, out, [sx, min_value, max_value](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("clamp", {&x}, out, [sx, min_value, max_value](const Tensor& g) -> std::vector<Tensor> {
       Tensor x = sx.get();
       const TensorOptions bound_options = TensorOptions(x.dtype()).device(x.device());
       Tensor inside =
@@ -312,7 +271,7 @@ Tensor lt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Lt, a,
 Tensor le(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Le, a, b, "le"); }
 Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Ge, a, b, "ge"); }
-Tensor logical_not(const Tensor& x) { return unary_raw(UnaryOp::LogicalNot, x, 0, "logical_not"); }
+Tensor logical_not(const Tensor& x) { return unary_from_table(UnaryOp::LogicalNot, x, 0.0); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalAnd, a, b, "logical_and"); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalOr, a, b, "logical_or"); }
 
@@ -352,14 +311,13 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   const Tensor A = a.dtype() == dtype ? a : a.detach().to(dtype);
   const Tensor B = b.dtype() == dtype ? b : b.detach().to(dtype);
   Tensor out = detail::make_empty(out_shape, dtype, a.device());
-  if (out.numel() > 0)
-    HEED_KERNEL(a.device(), where)
-    (detail::broadcast_view(condition, out_shape), detail::broadcast_view(A, out_shape),
-     detail::broadcast_view(B, out_shape), detail::view_of(out));
+  if (out.numel() > 0) HEED_KERNEL(a.device(), where)
+  (detail::broadcast_view(condition, out_shape), detail::broadcast_view(A, out_shape),
+   detail::broadcast_view(B, out_shape), detail::view_of(out));
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
     SavedTensor sc(condition, "where");
-    record_op("where", {&a, &b}, out, [ia, ib, sc](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("where", {&a, &b}, out, [ia, ib, sc](const Tensor& g) -> std::vector<Tensor> {
       Tensor c = sc.get(), zero = zeros({}, g.options());
       return {ia.needs_grad ? to_input(where(c, g, zero), ia.shape, ia.dtype) : Tensor(),
               ib.needs_grad ? to_input(where(c, zero, g), ib.shape, ib.dtype) : Tensor()};
@@ -378,14 +336,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
              "mask of shape {} must broadcast to the input's shape {}", shape_str(mask.shape()), shape_str(x.shape()));
   Tensor fill_value = scalar_tensor(value, TensorOptions(x.dtype()).device(x.device()));
   Tensor out = detail::make_empty(x.shape(), x.dtype(), x.device());
-  if (out.numel() > 0)
-    HEED_KERNEL(x.device(), where)
-    (detail::broadcast_view(mask, x.shape()), detail::broadcast_view(fill_value, x.shape()), detail::view_of(x),
-     detail::view_of(out));
+  if (out.numel() > 0) HEED_KERNEL(x.device(), where)
+  (detail::broadcast_view(mask, x.shape()), detail::broadcast_view(fill_value, x.shape()), detail::view_of(x),
+   detail::view_of(out));
   if (any_requires_grad({&x})) {
     SavedTensor sm(mask, "masked_fill");
-    record_op("masked_fill", {&x}, out,
-              [sm](const Tensor& g) -> std::vector<Tensor> { return {where(sm.get(), zeros({}, g.options()), g)}; });
+    detail::record("masked_fill", {&x}, out, [sm](const Tensor& g) -> std::vector<Tensor> {
+      return {where(sm.get(), zeros({}, g.options()), g)};
+    });
   }
   return out;
 }

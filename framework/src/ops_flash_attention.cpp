@@ -209,15 +209,17 @@ Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor
         FlashState{args, SavedTensor(q, name), SavedTensor(k, name), SavedTensor(v, name), SavedTensor(out, name),
                    SavedTensor(lse, name), SavedTensor(masks.keep, name), SavedTensor(masks.additive, name),
                    SavedTensor(masks.key_lengths, name)});
-    record_op(name, {&q_in, &k_in, &v_in}, out, [=](const Tensor& g) -> std::vector<Tensor> {
-      const Tensor gc = kernel_operand(g, compute);
-      Tensor dq = detail::make_empty({B, H, T, D}, compute, g.device());
-      Tensor dk = detail::make_empty({B, H, S, D}, compute, g.device());
-      Tensor dv = detail::make_empty({B, H, S, Dv}, compute, g.device());
-      run_backward(*st, gc, dq, dk, dv);
-      return {need_q ? dq.reshape(q_shape).to(dq_type) : Tensor(), need_k ? dk.reshape(k_shape).to(dk_type) : Tensor(),
-              need_v ? dv.reshape(v_shape).to(dv_type) : Tensor()};
-    });
+    detail::record(detail::OpName::registered(name), {&q_in, &k_in, &v_in}, out,
+                   [=](const Tensor& g) -> std::vector<Tensor> {
+                     const Tensor gc = kernel_operand(g, compute);
+                     Tensor dq = detail::make_empty({B, H, T, D}, compute, g.device());
+                     Tensor dk = detail::make_empty({B, H, S, D}, compute, g.device());
+                     Tensor dv = detail::make_empty({B, H, S, Dv}, compute, g.device());
+                     run_backward(*st, gc, dq, dk, dv);
+                     return {need_q ? dq.reshape(q_shape).to(dq_type) : Tensor(),
+                             need_k ? dk.reshape(k_shape).to(dk_type) : Tensor(),
+                             need_v ? dv.reshape(v_shape).to(dv_type) : Tensor()};
+                   });
   }
   Tensor result = q_in.dim() == 3 ? out.squeeze(1) : out;
   return result.dtype() == v_in.dtype() ? result : result.to(v_in.dtype());
@@ -258,7 +260,7 @@ Tensor flash_attention_packed(const Tensor& qkv_in, int64_t heads, const Attenti
         args, SavedTensor(q, name), SavedTensor(k, name), SavedTensor(v, name),
         SavedTensor(out_bthd.permute({0, 2, 1, 3}), name), SavedTensor(lse, name), SavedTensor(masks.keep, name),
         SavedTensor(masks.additive, name), SavedTensor(masks.key_lengths, name)});
-    record_op(name, {&qkv_in}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    detail::record(detail::OpName::registered(name), {&qkv_in}, out, [=](const Tensor& g) -> std::vector<Tensor> {
       // g (B,T,C) as (B,H,T,dh); the three gradients land in one (B,T,3C) tensor.
       Tensor gc = kernel_operand(g, compute);
       const Tensor g4 = gc.view({B, T, H, dh}).permute({0, 2, 1, 3});

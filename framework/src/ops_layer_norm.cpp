@@ -42,10 +42,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor y = detail::make_empty(x.shape(), dtype, x.device());
   Tensor mean = detail::make_empty({rows}, stats_dtype, x.device());
   Tensor rstd = detail::make_empty({rows}, stats_dtype, x.device());
-  if (rows > 0)
-    HEED_KERNEL(x.device(), layer_norm_forward)
-    (dtype, xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr, bc.defined() ? bc.raw_data() : nullptr, rows, cols,
-     eps, y.raw_data(), mean.raw_data(), rstd.raw_data());
+  if (rows > 0) HEED_KERNEL(x.device(), layer_norm_forward)
+  (dtype, xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr, bc.defined() ? bc.raw_data() : nullptr, rows, cols,
+   eps, y.raw_data(), mean.raw_data(), rstd.raw_data());
   if (any_requires_grad({&x, &weight, &bias})) {
     const bool need_x = x.requires_grad();
     const bool need_w = weight.defined() && weight.requires_grad();
@@ -54,23 +53,25 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     const DType w_dtype = weight.defined() ? weight.dtype() : dtype;
     const DType b_dtype = bias.defined() ? bias.dtype() : dtype;
     SavedTensor sx(xc, name), sw(wc, name), smean(mean, name), srstd(rstd, name);
-    record_op(name, {&x, &weight, &bias}, y, [=](const Tensor& g) -> std::vector<Tensor> {
-      const Tensor xs = sx.get(), ws = sw.get();
-      const Tensor gc = g.to(dtype).contiguous();
-      Tensor dx = detail::make_empty(xs.shape(), dtype, xs.device());
-      Tensor dw = need_w ? detail::make_empty({cols}, dtype, xs.device()) : Tensor();
-      Tensor db = need_b ? detail::make_empty({cols}, dtype, xs.device()) : Tensor();
-      if (rows > 0) {
-        HEED_KERNEL(xs.device(), layer_norm_backward)
-        (dtype, xs.raw_data(), ws.defined() ? ws.raw_data() : nullptr, smean.get().raw_data(), srstd.get().raw_data(),
-         gc.raw_data(), rows, cols, dx.raw_data(), need_w ? dw.raw_data() : nullptr, need_b ? db.raw_data() : nullptr);
-      } else {
-        if (need_w) dw.zero_();
-        if (need_b) db.zero_();
-      }
-      return {need_x ? dx.to(x_dtype) : Tensor(), need_w ? dw.to(w_dtype) : Tensor(),
-              need_b ? db.to(b_dtype) : Tensor()};
-    });
+    detail::record(detail::OpName::registered(name), {&x, &weight, &bias}, y,
+                   [=](const Tensor& g) -> std::vector<Tensor> {
+                     const Tensor xs = sx.get(), ws = sw.get();
+                     const Tensor gc = g.to(dtype).contiguous();
+                     Tensor dx = detail::make_empty(xs.shape(), dtype, xs.device());
+                     Tensor dw = need_w ? detail::make_empty({cols}, dtype, xs.device()) : Tensor();
+                     Tensor db = need_b ? detail::make_empty({cols}, dtype, xs.device()) : Tensor();
+                     if (rows > 0) {
+                       HEED_KERNEL(xs.device(), layer_norm_backward)
+                       (dtype, xs.raw_data(), ws.defined() ? ws.raw_data() : nullptr, smean.get().raw_data(),
+                        srstd.get().raw_data(), gc.raw_data(), rows, cols, dx.raw_data(),
+                        need_w ? dw.raw_data() : nullptr, need_b ? db.raw_data() : nullptr);
+                     } else {
+                       if (need_w) dw.zero_();
+                       if (need_b) db.zero_();
+                     }
+                     return {need_x ? dx.to(x_dtype) : Tensor(), need_w ? dw.to(w_dtype) : Tensor(),
+                             need_b ? db.to(b_dtype) : Tensor()};
+                   });
   }
   return y;
 }

@@ -157,25 +157,25 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     SavedTensor sa(need_b ? a : Tensor(), "matmul"), sb(need_a ? b : Tensor(), "matmul");
     const Dims shape_a = a.shape(), shape_b = b.shape();
-    record_op("matmul", {&a, &b}, out,
-              [need_a, need_b, sa, sb, shape_a, shape_b](const Tensor& g) -> std::vector<Tensor> {
-                Tensor ga, gb;
-                if (need_a) {
-                  Tensor b = sb.get();
-                  ga = sum_to(matmul_raw(g, b.transpose(-1, -2)), shape_a);
-                }
-                if (need_b) {
-                  Tensor a = sa.get();
-                  if (shape_b.size() == 2 && shape_a.size() > 2) {
-                    // dB = A^T dC summed over the batch: one gemm over the flattened rows.
-                    const int64_t k = shape_a.back(), n = g.shape().back();
-                    gb = matmul_raw(a.reshape({-1, k}).t(), g.reshape({-1, n}));
-                  } else {
-                    gb = sum_to(matmul_raw(a.transpose(-1, -2), g), shape_b);
-                  }
-                }
-                return {ga, gb};
-              });
+    detail::record("matmul", {&a, &b}, out,
+                   [need_a, need_b, sa, sb, shape_a, shape_b](const Tensor& g) -> std::vector<Tensor> {
+                     Tensor ga, gb;
+                     if (need_a) {
+                       Tensor b = sb.get();
+                       ga = sum_to(matmul_raw(g, b.transpose(-1, -2)), shape_a);
+                     }
+                     if (need_b) {
+                       Tensor a = sa.get();
+                       if (shape_b.size() == 2 && shape_a.size() > 2) {
+                         // dB = A^T dC summed over the batch: one gemm over the flattened rows.
+                         const int64_t k = shape_a.back(), n = g.shape().back();
+                         gb = matmul_raw(a.reshape({-1, k}).t(), g.reshape({-1, n}));
+                       } else {
+                         gb = sum_to(matmul_raw(a.transpose(-1, -2), g), shape_b);
+                       }
+                     }
+                     return {ga, gb};
+                   });
   }
   return out;
 }

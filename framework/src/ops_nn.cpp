@@ -37,14 +37,15 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
   Tensor out = last ? y : y.transpose(d, -1);
   if (any_requires_grad({&x})) {
     SavedTensor sy(y, name);
-    record_op(name, {&x}, out, [sy, d, last, nrows, cols, log](const Tensor& g) -> std::vector<Tensor> {
-      Tensor y = sy.get();
-      Tensor g_rows = (last ? g : g.transpose(d, -1)).contiguous();
-      Tensor gx = detail::make_empty(y.shape(), y.dtype(), y.device());
-      if (gx.numel() > 0) HEED_KERNEL(y.device(), softmax_backward)
-      (y.dtype(), y.raw_data(), g_rows.raw_data(), gx.raw_data(), nrows, cols, log);
-      return {last ? gx : gx.transpose(d, -1)};
-    });
+    detail::record(detail::OpName::registered(name), {&x}, out,
+                   [sy, d, last, nrows, cols, log](const Tensor& g) -> std::vector<Tensor> {
+                     Tensor y = sy.get();
+                     Tensor g_rows = (last ? g : g.transpose(d, -1)).contiguous();
+                     Tensor gx = detail::make_empty(y.shape(), y.dtype(), y.device());
+                     if (gx.numel() > 0) HEED_KERNEL(y.device(), softmax_backward)
+                     (y.dtype(), y.raw_data(), g_rows.raw_data(), gx.raw_data(), nrows, cols, log);
+                     return {last ? gx : gx.transpose(d, -1)};
+                   });
   }
   return out;
 }
@@ -154,8 +155,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
     SavedTensor sx(x, name), st(t64, name), slse(row_lse, name);
     const DType in_dtype = logits.dtype();
     const Dims in_shape = logits.shape();
-    record_op(
-        name, {&logits}, loss,
+    detail::record(
+        detail::OpName::registered(name), {&logits}, loss,
         [sx, st, slse, rows, classes, valid, options, in_dtype, in_shape](const Tensor& g) -> std::vector<Tensor> {
           Tensor x = sx.get();
           Tensor grad = detail::make_empty(x.shape(), x.dtype(), x.device());
@@ -198,7 +199,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& generator) {
   if (any_requires_grad({&x})) {
     const Dims shape = x.shape();
     const DType dtype = x.dtype();
-    record_op("dropout", {&x}, out, [shape, dtype, p, state](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("dropout", {&x}, out, [shape, dtype, p, state](const Tensor& g) -> std::vector<Tensor> {
       return {detail::binary_raw(kernels::BinaryOp::Mul, g, dropout_scale(shape, dtype, g.device(), p, state),
                                  "dropout_backward")};
     });

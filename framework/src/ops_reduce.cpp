@@ -108,7 +108,7 @@ Tensor sum_impl(const Tensor& x, const Dims& dims, bool keepdim) {
   if (keepdim) out = out.view(plan.keep_shape);
   if (any_requires_grad({&x})) {
     const Dims in_shape = x.shape(), keep_shape = plan.keep_shape;
-    record_op("sum", {&x}, out, [in_shape, keep_shape](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("sum", {&x}, out, [in_shape, keep_shape](const Tensor& g) -> std::vector<Tensor> {
       return {g.reshape(keep_shape).expand(in_shape).contiguous()};
     });
   }
@@ -149,16 +149,15 @@ Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction) {
     return var(amp::cast_to_float32(x), dims, keepdim, correction);
   ReducePlan plan = plan_reduction(x, dims, "var");
   Tensor out = detail::make_empty(plan.out_shape, x.dtype(), x.device());
-  if (out.numel() > 0)
-    HEED_KERNEL(x.device(), variance)
-    (x.dtype(), plan.input.raw_data(), plan.outer, plan.extent, plan.inner, correction, out.raw_data());
+  if (out.numel() > 0) HEED_KERNEL(x.device(), variance)
+  (x.dtype(), plan.input.raw_data(), plan.outer, plan.extent, plan.inner, correction, out.raw_data());
   if (keepdim) out = out.view(plan.keep_shape);
   if (any_requires_grad({&x})) {
     SavedTensor sx(x, "var");
     const Dims keep_shape = plan.keep_shape;
     const Dims reduce_dims = dims;
     const double denom = static_cast<double>(plan.extent) - correction;
-    record_op("var", {&x}, out, [sx, keep_shape, reduce_dims, denom](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("var", {&x}, out, [sx, keep_shape, reduce_dims, denom](const Tensor& g) -> std::vector<Tensor> {
       // d var / dx_i = 2 (x_i - mean) / (N - correction)
       Tensor x = sx.get();
       Tensor centered = x - mean_impl(x, reduce_dims, true);
@@ -197,7 +196,7 @@ Tensor full_extremum(const Tensor& x, ReduceOp op, const char* name) {
   if (any_requires_grad({&x})) {
     const Dims in_shape = x.shape();
     SavedTensor si(index, name);
-    record_op(name, {&x}, out, [in_shape, si](const Tensor& g) -> std::vector<Tensor> {
+    detail::record(detail::OpName::registered(name), {&x}, out, [in_shape, si](const Tensor& g) -> std::vector<Tensor> {
       return {scatter_to_winners(g, si.get(), in_shape, -1)};
     });
   }
@@ -221,9 +220,10 @@ ValuesIndices dim_extremum(const Tensor& x, int64_t dim, bool keepdim, ReduceOp 
     const Dims in_shape = x.shape();
     SavedTensor si(index, name);
     const int rd = x.dim() == 0 ? -1 : d;
-    record_op(name, {&x}, values, [in_shape, si, rd](const Tensor& g) -> std::vector<Tensor> {
-      return {scatter_to_winners(g, si.get(), in_shape, rd)};
-    });
+    detail::record(detail::OpName::registered(name), {&x}, values,
+                   [in_shape, si, rd](const Tensor& g) -> std::vector<Tensor> {
+                     return {scatter_to_winners(g, si.get(), in_shape, rd)};
+                   });
   }
   return {values, index};
 }

@@ -100,8 +100,8 @@ Tensor Tensor::view(const Dims& requested) const {
   Tensor out = make_alias(*this, new_shape, *new_strides, offset());
   if (any_requires_grad({this})) {
     const Dims in_shape = shape();
-    record_op("view", {this}, out,
-              [in_shape](const Tensor& g) -> std::vector<Tensor> { return {g.reshape(in_shape)}; });
+    detail::record("view", {this}, out,
+                   [in_shape](const Tensor& g) -> std::vector<Tensor> { return {g.reshape(in_shape)}; });
   }
   return out;
 }
@@ -130,8 +130,8 @@ Tensor Tensor::permute(const Dims& order) const {
   }
   Tensor out = make_alias(*this, new_shape, new_strides, offset());
   if (any_requires_grad({this})) {
-    record_op("permute", {this}, out,
-              [inverse](const Tensor& g) -> std::vector<Tensor> { return {g.permute(inverse)}; });
+    detail::record("permute", {this}, out,
+                   [inverse](const Tensor& g) -> std::vector<Tensor> { return {g.permute(inverse)}; });
   }
   return out;
 }
@@ -169,7 +169,7 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   Tensor out = make_alias(*this, new_shape, new_strides, offset() + start * strides()[d]);
   if (any_requires_grad({this})) {
     const Dims in_shape = shape();
-    record_op("slice", {this}, out, [in_shape, d, start, step](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("slice", {this}, out, [in_shape, d, start, step](const Tensor& g) -> std::vector<Tensor> {
       return {embed_gradient(g, in_shape, d, start, step, true)};
     });
   }
@@ -202,7 +202,7 @@ Tensor Tensor::select(int64_t dim_, int64_t index) const {
   Tensor out = make_alias(*this, new_shape, new_strides, offset() + index * strides()[d]);
   if (any_requires_grad({this})) {
     const Dims in_shape = shape();
-    record_op("select", {this}, out, [in_shape, d, index](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("select", {this}, out, [in_shape, d, index](const Tensor& g) -> std::vector<Tensor> {
       return {embed_gradient(g, in_shape, d, index, 1, false)};
     });
   }
@@ -244,8 +244,8 @@ Tensor Tensor::expand(const Dims& requested) const {
   Tensor out = make_alias(*this, new_shape, new_strides, offset());
   if (any_requires_grad({this})) {
     const Dims in_shape = shape();
-    record_op("expand", {this}, out,
-              [in_shape](const Tensor& g) -> std::vector<Tensor> { return {sum_to(g, in_shape)}; });
+    detail::record("expand", {this}, out,
+                   [in_shape](const Tensor& g) -> std::vector<Tensor> { return {sum_to(g, in_shape)}; });
   }
   return out;
 }
@@ -352,7 +352,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_) {
       inputs.push_back(&t);
       dtypes.push_back(t.dtype());
     }
-    record_op("cat", inputs, out, [sizes, d, dtypes](const Tensor& g) -> std::vector<Tensor> {
+    detail::record("cat", inputs, out, [sizes, d, dtypes](const Tensor& g) -> std::vector<Tensor> {
       std::vector<Tensor> grads;
       int64_t start = 0;
       for (size_t i = 0; i < sizes.size(); ++i) {
@@ -446,18 +446,18 @@ Tensor index_select(const Tensor& x, int64_t dim_, const Tensor& index) {
   if (any_requires_grad({&x})) {
     const Dims in_shape = x.shape();
     SavedTensor saved_idx(idx, "index_select");
-    record_op("index_select", {&x}, out,
-              [in_shape, outer, extent, inner, saved_idx](const Tensor& g) -> std::vector<Tensor> {
-                Tensor idx = saved_idx.get();
-                Tensor grad = zeros(in_shape, g.options());
-                Tensor gc = g.contiguous();
-                if (gc.numel() > 0) {
-                  const auto index_add_kernel = HEED_KERNEL(g.device(), index_add);
-                  index_add_kernel(g.dtype(), grad.raw_data(), outer, extent, inner, idx.data_ptr<int64_t>(),
-                                   idx.numel(), gc.raw_data());
-                }
-                return {grad};
-              });
+    detail::record("index_select", {&x}, out,
+                   [in_shape, outer, extent, inner, saved_idx](const Tensor& g) -> std::vector<Tensor> {
+                     Tensor idx = saved_idx.get();
+                     Tensor grad = zeros(in_shape, g.options());
+                     Tensor gc = g.contiguous();
+                     if (gc.numel() > 0) {
+                       const auto index_add_kernel = HEED_KERNEL(g.device(), index_add);
+                       index_add_kernel(g.dtype(), grad.raw_data(), outer, extent, inner, idx.data_ptr<int64_t>(),
+                                        idx.numel(), gc.raw_data());
+                     }
+                     return {grad};
+                   });
   }
   return out;
 }
@@ -488,18 +488,18 @@ Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {
   if (any_requires_grad({&x})) {
     const Dims in_shape = x.shape();
     SavedTensor saved_idx(idx, "gather");
-    record_op("gather", {&x}, out,
-              [in_shape, outer, extent, inner, index_extent, saved_idx](const Tensor& g) -> std::vector<Tensor> {
-                Tensor idx = saved_idx.get();
-                Tensor grad = zeros(in_shape, g.options());
-                Tensor gc = g.contiguous();
-                if (gc.numel() > 0) {
-                  const auto scatter_add_kernel = HEED_KERNEL(g.device(), scatter_add);
-                  scatter_add_kernel(g.dtype(), grad.raw_data(), outer, extent, inner, idx.data_ptr<int64_t>(),
-                                     index_extent, gc.raw_data());
-                }
-                return {grad};
-              });
+    detail::record("gather", {&x}, out,
+                   [in_shape, outer, extent, inner, index_extent, saved_idx](const Tensor& g) -> std::vector<Tensor> {
+                     Tensor idx = saved_idx.get();
+                     Tensor grad = zeros(in_shape, g.options());
+                     Tensor gc = g.contiguous();
+                     if (gc.numel() > 0) {
+                       const auto scatter_add_kernel = HEED_KERNEL(g.device(), scatter_add);
+                       scatter_add_kernel(g.dtype(), grad.raw_data(), outer, extent, inner, idx.data_ptr<int64_t>(),
+                                          index_extent, gc.raw_data());
+                     }
+                     return {grad};
+                   });
   }
   return out;
 }

@@ -291,7 +291,7 @@ Tensor Tensor::to(DType dtype) const {
   // flows through it); a float -> float conversion is differentiable.
   if (is_floating(dtype) && any_requires_grad({this})) {
     const DType from = this->dtype();
-    record_op("to_dtype", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
+    detail::record("to_dtype", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
   }
   return out;
 }
@@ -302,7 +302,7 @@ Tensor Tensor::to(Device device) const {
   Tensor out = copy_to(*this, dtype(), device);
   if (any_requires_grad({this})) {
     const Device from = this->device();
-    record_op("to_device", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
+    detail::record("to_device", {this}, out, [from](const Tensor& g) -> std::vector<Tensor> { return {g.to(from)}; });
   }
   return out;
 }
@@ -312,7 +312,7 @@ Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   Tensor out = copy_to(*this, dtype(), device());
   if (any_requires_grad({this}))
-    record_op("contiguous", {this}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+    detail::record("contiguous", {this}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
   return out;
 }
 
@@ -322,7 +322,7 @@ Tensor Tensor::clone() const {
   detail::check_defined(*this, "clone", "tensor");
   Tensor out = copy_to(*this, dtype(), device());
   if (any_requires_grad({this}))
-    record_op("clone", {this}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+    detail::record("clone", {this}, out, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
   return out;
 }
 

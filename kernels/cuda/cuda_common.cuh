@@ -28,11 +28,11 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "kernels/base/hd.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 
-#define HEED_HD __host__ __device__ __forceinline__
 
 #if defined(HEED_CUDA_EMULATION)
 #define HEED_LAUNCH(grid, block, shared_bytes, ...) \
@@ -257,19 +257,7 @@ HEED_HD C quiet_nan() {
   return std::numeric_limits<C>::quiet_NaN();
 }
 
-// Math in the compute type (float or double), the functions the CPU kernels call.
-HEED_HD float math_exp(float x) { return expf(x); }
-HEED_HD double math_exp(double x) { return exp(x); }
-HEED_HD float math_log(float x) { return logf(x); }
-HEED_HD double math_log(double x) { return log(x); }
-HEED_HD float math_sqrt(float x) { return sqrtf(x); }
-HEED_HD double math_sqrt(double x) { return sqrt(x); }
-HEED_HD float math_tanh(float x) { return tanhf(x); }
-HEED_HD double math_tanh(double x) { return tanh(x); }
-HEED_HD float math_erf(float x) { return erff(x); }
-HEED_HD double math_erf(double x) { return erf(x); }
-HEED_HD float math_pow(float x, float y) { return powf(x, y); }
-HEED_HD double math_pow(double x, double y) { return pow(x, y); }
+// Math in the compute type (math_exp, math_log, ...) comes from kernels/base/hd.h.
 
 // ---- host dispatch ---------------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-// kernels/cuda/elementwise.cu — unary, binary (with broadcasting), where and arange on the GPU.
+// kernels/cuda/elementwise.cu — unary (forward and backward), binary (with broadcasting), where
+// and arange on the GPU. The unary and binary formulas are the HEED_HD rows of
+// kernels/base/elementwise_table.h, the same code the CPU kernels run.
 //
 // Invariants: every element is computed independently by a grid-stride loop, with the same
 // formula as kernels/cpu/elementwise.cpp in the same compute type (16-bit floats in float32),
@@ -11,207 +13,124 @@ namespace heed::kernels::cuda {
 
 namespace {
 
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kInvSqrt2 = 0.7071067811865476;
-constexpr double kInvSqrt2Pi = 0.3989422804014327;
-constexpr double kGeluCubic = 0.044715;
-
-template <typename C>
-__device__ C gelu_tanh(C x) {
-  const C u = C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
-  return C(0.5) * x * (C(1) + math_tanh(u));
-}
-template <typename C>
-__device__ C gelu_tanh_grad(C x) {
-  const C u = C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
-  const C t = math_tanh(u);
-  const C du = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCubic) * x * x);
-  return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
-}
-template <typename C>
-__device__ C gelu_erf(C x) {
-  return C(0.5) * x * (C(1) + math_erf(x * C(kInvSqrt2)));
-}
-template <typename C>
-__device__ C gelu_erf_grad(C x) {
-  const C cdf = C(0.5) * (C(1) + math_erf(x * C(kInvSqrt2)));
-  const C pdf = C(kInvSqrt2Pi) * math_exp(C(-0.5) * x * x);
-  return cdf + x * pdf;
-}
-template <typename C>
-__device__ C sigmoid(C x) {
-  if (x >= C(0)) return C(1) / (C(1) + math_exp(-x));
-  const C e = math_exp(x);
-  return e / (C(1) + e);
-}
-
 // ---- unary ------------------------------------------------------------------------------------
 
+// True when the row of `op` accepts `dtype` (elementwise_table.h); checked on the host before
+// a launch.
 bool unary_defined(UnaryOp op, DType dtype) {
-  switch (op) {
-    case UnaryOp::Neg:
-    case UnaryOp::Abs:
-    case UnaryOp::Sign:
-    case UnaryOp::AddScalar:
-    case UnaryOp::MulScalar:
-    case UnaryOp::RSubScalar:
-    case UnaryOp::ClampMin:
-    case UnaryOp::ClampMax:
-      return true;
-    case UnaryOp::LogicalNot:
-      return dtype == kBool;
-    case UnaryOp::Count:
-      return false;
-    default:
-      return is_floating(dtype);
-  }
+  bool defined = false;
+  dispatch_all(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+#define HEED_UNARY_DEFINED(Row, function)   \
+  case UnaryOp::Row:                        \
+    defined = row_accepts<unary::Row, T>(); \
+    break;
+      HEED_FOR_EACH_UNARY_OP(HEED_UNARY_DEFINED)
+#undef HEED_UNARY_DEFINED
+      case UnaryOp::Count:
+        break;
+    }
+  });
+  return defined;
 }
 
 template <typename T>
-__device__ compute_t<T> apply_unary(UnaryOp op, compute_t<T> x, compute_t<T> a, bool square) {
+__device__ compute_t<T> apply_unary(UnaryOp op, compute_t<T> x, compute_t<T> a) {
   using C = compute_t<T>;
   switch (op) {
-    case UnaryOp::Neg:
-      return static_cast<C>(-x);
-    case UnaryOp::Abs:
-      return x < C(0) ? static_cast<C>(-x) : x;
-    case UnaryOp::Sign:
-      return static_cast<C>((x > C(0)) - (x < C(0)));
-    case UnaryOp::AddScalar:
-      return static_cast<C>(x + a);
-    case UnaryOp::MulScalar:
-      return static_cast<C>(x * a);
-    case UnaryOp::RSubScalar:
-      return static_cast<C>(a - x);
-    case UnaryOp::ClampMin:
-      return x < a ? a : x;
-    case UnaryOp::ClampMax:
-      return x > a ? a : x;
-    default:
+#define HEED_UNARY_CASE(Row, function)                                               \
+  case UnaryOp::Row:                                                                 \
+    if constexpr (row_accepts<unary::Row, T>()) return unary::Row::forward<C>(x, a); \
+    break;
+    HEED_FOR_EACH_UNARY_OP(HEED_UNARY_CASE)
+#undef HEED_UNARY_CASE
+    case UnaryOp::Count:
       break;
-  }
-  if constexpr (std::is_floating_point_v<C>) {
-    switch (op) {
-      case UnaryOp::Exp:
-        return math_exp(x);
-      case UnaryOp::Log:
-        return math_log(x);
-      case UnaryOp::Sqrt:
-        return math_sqrt(x);
-      case UnaryOp::Rsqrt:
-        return C(1) / math_sqrt(x);
-      case UnaryOp::Relu:
-        return x > C(0) ? x : (x == x ? C(0) : x);
-      case UnaryOp::GeluTanh:
-        return gelu_tanh(x);
-      case UnaryOp::GeluErf:
-        return gelu_erf(x);
-      case UnaryOp::Tanh:
-        return math_tanh(x);
-      case UnaryOp::Sigmoid:
-        return sigmoid(x);
-      case UnaryOp::PowScalar:
-        return square ? x * x : math_pow(x, a);
-      case UnaryOp::RDivScalar:
-        return a / x;
-      default:
-        break;
-    }
-  }
-  if constexpr (std::is_same_v<T, bool>) {
-    if (op == UnaryOp::LogicalNot) return !x;
   }
   return x;  // unreachable: the host checks unary_defined first
 }
 
 template <typename T>
-__global__ void unary_kernel(UnaryOp op, const T* in, T* out, int64_t n, compute_t<T> a, bool square) {
+__global__ void unary_kernel(UnaryOp op, const T* in, T* out, int64_t n, compute_t<T> a) {
   for (int64_t i = global_thread_index(); i < n; i += grid_stride())
-    store(out + i, apply_unary<T>(op, load(in + i), a, square));
+    store(out + i, apply_unary<T>(op, load(in + i), a));
+}
+
+// dL/dx of the row of `op` from g and the saved value s (x or y as the row saves).
+template <typename T>
+__device__ compute_t<T> apply_unary_backward(UnaryOp op, compute_t<T> g, compute_t<T> s, compute_t<T> a) {
+  using C = compute_t<T>;
+  switch (op) {
+#define HEED_UNARY_BACKWARD_CASE(Row, function)                                         \
+  case UnaryOp::Row:                                                                    \
+    if constexpr (row_accepts<unary::Row, T>() && grad_runs_kernel(unary::Row::grad)) { \
+      constexpr bool reads_x = grad_reads_input(unary::Row::grad);                      \
+      constexpr bool reads_y = grad_reads_output(unary::Row::grad);                     \
+      return unary::Row::backward<C>(g, reads_x ? s : C(0), reads_y ? s : C(0), a);     \
+    }                                                                                   \
+    break;
+    HEED_FOR_EACH_UNARY_OP(HEED_UNARY_BACKWARD_CASE)
+#undef HEED_UNARY_BACKWARD_CASE
+    case UnaryOp::Count:
+      break;
+  }
+  return g;  // unreachable: the host checks unary_defined first
+}
+
+template <typename T>
+__global__ void unary_backward_kernel(UnaryOp op, const T* grad, const T* saved, T* grad_in, int64_t n,
+                                      compute_t<T> a) {
+  using C = compute_t<T>;
+  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
+    const C s = saved ? load(saved + i) : C(0);
+    store(grad_in + i, apply_unary_backward<T>(op, load(grad + i), s, a));
+  }
 }
 
 // ---- binary -----------------------------------------------------------------------------------
 
 bool binary_defined(BinaryOp op, DType dtype) {
-  if (is_comparison(op)) return true;
-  switch (op) {
-    case BinaryOp::LogicalAnd:
-    case BinaryOp::LogicalOr:
-      return dtype == kBool;
-    case BinaryOp::Add:
-    case BinaryOp::Sub:
-    case BinaryOp::Mul:
-    case BinaryOp::Maximum:
-    case BinaryOp::Minimum:
-      return dtype != kBool;
-    case BinaryOp::Count:
-      return false;
-    default:
-      return is_floating(dtype);
-  }
+  bool defined = false;
+  dispatch_all(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+#define HEED_BINARY_DEFINED(Row)             \
+  case BinaryOp::Row:                        \
+    defined = row_accepts<binary::Row, T>(); \
+    break;
+      HEED_FOR_EACH_BINARY_OP(HEED_BINARY_DEFINED)
+#undef HEED_BINARY_DEFINED
+      case BinaryOp::Count:
+        break;
+    }
+  });
+  return defined;
+}
+
+// True for the rows that write bool (comparisons, logical and/or).
+constexpr bool binary_gives_bool(BinaryOp op) {
+  return binary_domain(op) == OpDomain::Comparison || binary_domain(op) == OpDomain::Bool;
 }
 
 template <typename T, typename Out>
 __device__ Out apply_binary(BinaryOp op, compute_t<T> x, compute_t<T> y) {
   using C = compute_t<T>;
-  if constexpr (std::is_same_v<Out, bool>) {
-    switch (op) {
-      case BinaryOp::Eq:
-        return x == y;
-      case BinaryOp::Ne:
-        return x != y;
-      case BinaryOp::Lt:
-        return x < y;
-      case BinaryOp::Le:
-        return x <= y;
-      case BinaryOp::Gt:
-        return x > y;
-      case BinaryOp::Ge:
-        return x >= y;
-      case BinaryOp::LogicalAnd:
-        return static_cast<bool>(x) && static_cast<bool>(y);
-      case BinaryOp::LogicalOr:
-        return static_cast<bool>(x) || static_cast<bool>(y);
-      default:
-        return false;
-    }
-  } else {
-    switch (op) {
-      case BinaryOp::Add:
-        return convert<Out>(static_cast<C>(x + y));
-      case BinaryOp::Sub:
-        return convert<Out>(static_cast<C>(x - y));
-      case BinaryOp::Mul:
-        return convert<Out>(static_cast<C>(x * y));
-      case BinaryOp::Maximum:
-        return convert<Out>((x != x || x > y) ? x : y);
-      case BinaryOp::Minimum:
-        return convert<Out>((x != x || x < y) ? x : y);
-      default:
-        break;
-    }
-    if constexpr (std::is_floating_point_v<C>) {
-      switch (op) {
-        case BinaryOp::Div:
-          return convert<Out>(x / y);
-        case BinaryOp::Pow:
-          return convert<Out>(math_pow(x, y));
-        case BinaryOp::ReluBackward:
-          return convert<Out>(y > C(0) ? x : C(0));
-        case BinaryOp::GeluTanhBackward:
-          return convert<Out>(x * gelu_tanh_grad(y));
-        case BinaryOp::GeluErfBackward:
-          return convert<Out>(x * gelu_erf_grad(y));
-        case BinaryOp::TanhBackward:
-          return convert<Out>(x * (C(1) - y * y));
-        case BinaryOp::SigmoidBackward:
-          return convert<Out>(x * y * (C(1) - y));
-        default:
-          break;
-      }
-    }
-    return convert<Out>(x);  // unreachable: the host checks binary_defined first
+  switch (op) {
+#define HEED_BINARY_CASE(Row)                                                     \
+  case BinaryOp::Row:                                                             \
+    if constexpr (row_accepts<binary::Row, T>()) {                                \
+      using RowResult = decltype(binary::Row::forward(C{}, C{}));                 \
+      if constexpr (std::is_same_v<RowResult, bool> == std::is_same_v<Out, bool>) \
+        return convert<Out>(binary::Row::forward<C>(x, y));                       \
+    }                                                                             \
+    break;
+    HEED_FOR_EACH_BINARY_OP(HEED_BINARY_CASE)
+#undef HEED_BINARY_CASE
+    case BinaryOp::Count:
+      break;
   }
+  return convert<Out>(x);  // unreachable: the host checks binary_defined first
 }
 
 template <typename T, typename Out>
@@ -254,9 +173,23 @@ void unary(UnaryOp op, DType dtype, const void* in, void* out, int64_t n, double
     using T = decltype(tag);
     using C = compute_t<T>;
     HEED_LAUNCH(grid_for(n), kThreads, 0, unary_kernel<T>)
-    (op, static_cast<const T*>(in), static_cast<T*>(out), n, static_cast<C>(alpha), alpha == 2.0);
+    (op, static_cast<const T*>(in), static_cast<T*>(out), n, static_cast<C>(alpha));
   });
   check_launch("unary");
+}
+
+void unary_backward(UnaryOp op, DType dtype, const void* grad, const void* saved, void* grad_in, int64_t n,
+                    double alpha) {
+  if (!unary_defined(op, dtype) || !grad_runs_kernel(unary_grad(op)))
+    not_defined("unary_backward", unary_op_name(op), dtype);
+  if (n <= 0) return;
+  dispatch_all(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    HEED_LAUNCH(grid_for(n), kThreads, 0, unary_backward_kernel<T>)
+    (op, static_cast<const T*>(grad), static_cast<const T*>(saved), static_cast<T*>(grad_in), n, static_cast<C>(alpha));
+  });
+  check_launch("unary_backward");
 }
 
 void binary(BinaryOp op, const StridedView& a, const StridedView& b, const StridedView& out) {
@@ -265,10 +198,9 @@ void binary(BinaryOp op, const StridedView& a, const StridedView& b, const Strid
   if (n == 0) return;
   const StridedView* views[3] = {&out, &a, &b};
   const Geometry<3> g = make_geometry(views);
-  const bool to_bool = is_comparison(op) || op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;
   dispatch_all(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (to_bool) {
+    if (binary_gives_bool(op)) {
       HEED_LAUNCH(grid_for(n), kThreads, 0, binary_kernel<T, bool>)
       (op, static_cast<const T*>(a.data), static_cast<const T*>(b.data), static_cast<bool*>(out.data), g, n);
     } else if constexpr (!std::is_same_v<T, bool>) {

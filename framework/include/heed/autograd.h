@@ -116,6 +116,11 @@ inline void record_op(const char* op, std::initializer_list<const Tensor*> input
   record_op(op, std::vector<const Tensor*>(inputs), output, std::move(backward));
 }
 
+// The op registry: every name heed's own ops record on the tape (the differentiable rows of the
+// element-wise table and the ops written by hand, framework/src/internal.h), in registry order.
+// Ops a program records itself (record_op with its own name) are not in it.
+std::vector<std::string> recorded_op_names();
+
 // Runs the backward pass from `roots` with the given seed gradients.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
 

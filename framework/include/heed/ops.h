@@ -78,6 +78,8 @@ enum class GeluApproximation { None, Tanh };  // None: x * Phi(x) with erf; Tanh
 Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::None);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+Tensor silu(const Tensor& x);      // x * sigmoid(x) (swish)
+Tensor softplus(const Tensor& x);  // log(1 + exp(x)), x itself above 20 (PyTorch's threshold)
 Tensor clamp(const Tensor& x, double min, double max);
 Tensor square(const Tensor& x);
 
