@@ -4,7 +4,8 @@
 # against the CPU emulator in kernels/cuda/emulation: one fiber per CUDA thread, real
 # __syncthreads barriers, poisoned and access-protected device memory), then runs the
 # CUDA-vs-CPU suite (ctest -R test_cuda) and the CUDA-tensor collectives of heed::dist (2
-# ranks over Gloo, staged through the host), and prints how long each part took.
+# ranks over Gloo, staged through the host) and the op harness (ctest -R test_backend_ops: every
+# gradient-check case on the device against the CPU), and prints how long each part took.
 #
 # The test binary links every tests/test_*.cpp, some of which use example and tool code, so
 # examples and tools stay configured; only the heed_tests target (and what it needs) is built.
@@ -41,6 +42,15 @@ min_assertions=${MIN_CUDA_ASSERTIONS:-11000}   # measured 11,927 on 2026-11-30
 echo "ci_cuda_emulation: $assertions assertions (floor $min_assertions)"
 [ "${assertions:-0}" -ge "$min_assertions" ] || {
   echo "ci_cuda_emulation: only ${assertions:-0} assertions ran, fewer than the floor $min_assertions" >&2
+  exit 1
+}
+
+# The op harness: every gradient-check case on the emulated device against the CPU.
+OMP_NUM_THREADS=2 "$build_dir/tests/heed_tests" --source-file='*test_backend_ops.cpp' --no-intro=true \
+  | tee "$build_dir/test_backend_ops.log"
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] && ! grep -q "SKIPPED" "$build_dir/test_backend_ops.log" || {
+  echo "ci_cuda_emulation: the op harness (test_backend_ops) failed or skipped (exit $status)" >&2
   exit 1
 }
 

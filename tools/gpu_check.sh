@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh — the checks that need a real GPU, for a machine that has one:
-#  1. the CUDA-vs-CPU test suite (ctest -R test_cuda) in a prebuilt heed build directory
+#  1. the CUDA-vs-CPU test suites (ctest -R test_cuda and the op harness test_backend_ops) in a
+#     prebuilt heed build directory
 #     (configured with the CUDA backend, e.g. -DCMAKE_CUDA_ARCHITECTURES=90 for an H100/H200);
 #  2. tools/gpu_sdpa_vs_torch.py: heed's fused attention against PyTorch's
 #     scaled_dot_product_attention (output and gradients, and speed), through the small
@@ -49,7 +50,7 @@ status=0
 # ---- 1. the CUDA test suite ---------------------------------------------------------------
 start=$(date +%s)
 log=$(mktemp)
-(cd "$build_dir" && "$ctest" --output-on-failure -R '^test_cuda$') 2>&1 | tee "$log"
+(cd "$build_dir" && "$ctest" --output-on-failure -R '^(test_cuda|test_backend_ops)$') 2>&1 | tee "$log"
 tests_rc=${PIPESTATUS[0]}
 # The suite skips (and passes) when heed itself sees no device: that is a failure here. ctest
 # hides the skip message of a passing test, so ask the binary directly.

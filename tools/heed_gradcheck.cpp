@@ -33,6 +33,7 @@ options:
                case is called exactly that (repeatable)
   --list       list the cases (name, inputs, description) without running them
   --json       print one JSON document instead of the table
+  --kernels    print which backend (CPU, CUDA) implements each kernel of the kernel table
   --seed N     seed of the random inputs (unsigned integer, default 0)
   --help       show this help
 
@@ -43,6 +44,7 @@ struct Options {
   std::vector<std::string> ops;
   bool list = false;
   bool json = false;
+  bool kernels = false;
   uint64_t seed = 0;
 };
 
@@ -66,6 +68,8 @@ Options parse_args(int argc, char** argv, bool* show_help) {
       options.list = true;
     } else if (arg == "--json") {
       options.json = true;
+    } else if (arg == "--kernels") {
+      options.kernels = true;
     } else if (arg == "--op") {
       const std::string_view name = value(arg);
       if (name.empty()) throw UsageError{"--op needs a non-empty case name"};
@@ -109,6 +113,24 @@ std::string input_shapes(const OpCase& c) {
 // JSON has no infinity or NaN: those become null.
 nlohmann::ordered_json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+// --kernels: the kernel table with the backends that implement each kernel.
+int list_kernels(bool json) {
+  const std::vector<heed::cuda::KernelImplementations> table = heed::cuda::kernel_implementations();
+  if (json) {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::array();
+    for (const auto& k : table) doc.push_back({{"kernel", k.name}, {"cpu", k.cpu}, {"cuda", k.cuda}});
+    std::cout << nlohmann::ordered_json{{"cuda_compiled", heed::cuda::compiled_with_cuda()}, {"kernels", doc}}.dump(2)
+              << "\n";
+    return kExitPass;
+  }
+  std::cout << fmt::format("{:<26} {:<4} {}\n", "kernel", "CPU", "CUDA");
+  for (const auto& k : table)
+    std::cout << fmt::format("{:<26} {:<4} {}\n", k.name, k.cpu ? "yes" : "-", k.cuda ? "yes" : "-");
+  std::cout << fmt::format("{} kernels; CUDA backend {}\n", table.size(),
+                           heed::cuda::compiled_with_cuda() ? "compiled" : "not compiled");
+  return kExitPass;
 }
 
 int list_cases(const std::vector<const OpCase*>& cases, bool json) {
@@ -187,6 +209,7 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return kExitPass;
     }
+    if (options.kernels) return list_kernels(options.json);
     const std::vector<const OpCase*> cases = selected_cases(options);
     return options.list ? list_cases(cases, options.json) : run_cases(cases, options);
   } catch (const UsageError& e) {

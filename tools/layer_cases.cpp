@@ -101,7 +101,7 @@ void add_attention_function_cases(OpCaseRegistry& r) {
          [](In x) { return F::scaled_dot_product_attention_with_weights(x[0], x[1], x[2]).weights; }});
   r.add({"sdpa_composed_causal_lengths", "composed attention, causal and key lengths", qkv_specs(2, 1, 4, 4, 3, 3),
          [](In x) {
-           F::AttentionMask mask{.causal = true, .key_lengths = index_tensor({4, 2}, {2})};
+           F::AttentionMask mask{.causal = true, .key_lengths = index_tensor({4, 2}, {2}).to(x[0].device())};
            return F::scaled_dot_product_attention_with_weights(x[0], x[1], x[2], mask).output;
          }});
   {
@@ -128,7 +128,7 @@ void add_attention_function_cases(OpCaseRegistry& r) {
   }
   r.add({"flash_attention_key_lengths", "per-batch key lengths, one batch with no keys at all",
          qkv_specs(3, 1, 3, 4, 3, 3), [](In x) {
-           return F::flash_attention(x[0], x[1], x[2], {.key_lengths = index_tensor({4, 1, 0}, {3})});
+           return F::flash_attention(x[0], x[1], x[2], {.key_lengths = index_tensor({4, 1, 0}, {3}).to(x[0].device())});
          }});
   r.add({"flash_attention_key_padding", "a (B, S) key padding mask", qkv_specs(2, 2, 3, 4, 2, 2), [](In x) {
            const Tensor padding = from_vector(std::vector<int64_t>{0, 0, 1, 1, 0, 0, 0, 1}, {2, 4}) > 0.5;

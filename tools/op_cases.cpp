@@ -543,7 +543,7 @@ void add_nn_function_cases(OpCaseRegistry& r) {
          {S::uniform({3, 4}, -2.0, 2.0)},
          [](In x) {
            // Row 0 keeps one key, row 1 keeps three, row 2 keeps none.
-           Tensor mask = bool_mask({0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1}, {3, 4});
+           Tensor mask = bool_mask({0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1}, {3, 4}).to(x[0].device());
            return F::softmax(masked_fill(x[0], mask, -kInf));
          }});
   r.add({"log_softmax", "log_softmax over the last dim", {S::uniform({3, 5}, -2.0, 2.0)}, [](In x) {

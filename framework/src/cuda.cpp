@@ -2,6 +2,7 @@
 #include "heed/cuda.h"
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernels.h"
 
 namespace heed::cuda {
 
@@ -19,6 +20,16 @@ bool allow_tf32() { return kernels::cuda::allow_tf32(); }
 
 void synchronize() {
   if (is_available()) kernels::cuda::synchronize();
+}
+
+std::vector<KernelImplementations> kernel_implementations() {
+  std::vector<KernelImplementations> table;
+  for (int i = 0; i < kernels::kernel_count(); ++i) {
+    const kernels::KernelSupport cpu = kernels::kernel_support(DeviceType::CPU, i);
+    const kernels::KernelSupport gpu = kernels::kernel_support(DeviceType::CUDA, i);
+    table.push_back({cpu.name, cpu.implemented, gpu.implemented});
+  }
+  return table;
 }
 
 }  // namespace heed::cuda

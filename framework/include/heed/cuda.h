@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace heed::cuda {
 
@@ -29,5 +30,14 @@ bool allow_tf32();
 // Waits until every queued CUDA kernel has finished (for timing); raises heed::Error when a
 // kernel failed. A no-op without CUDA.
 void synchronize();
+
+// Which backend implements which kernel of the kernel table (kernels/kernels.h), in table
+// order; `cuda` is false for every kernel in a build without the CUDA backend.
+struct KernelImplementations {
+  std::string name;
+  bool cpu = false;
+  bool cuda = false;
+};
+std::vector<KernelImplementations> kernel_implementations();
 
 }  // namespace heed::cuda
