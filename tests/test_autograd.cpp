@@ -17,17 +17,6 @@ using namespace heed;
 
 namespace {
 
-// The message of the heed::Error thrown by f, or "" if none.
-template <typename F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const heed::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 Tensor leaf(std::initializer_list<double> values) { return tensor(values, TensorOptions(kF64).requires_grad(true)); }
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
