@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "test_util.h"
+
 using namespace heed;
 
 namespace {
@@ -28,8 +30,6 @@ std::string error_of(Body&& body) {
   FAIL("expected a heed::Error");
   return "";
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 

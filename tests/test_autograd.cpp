@@ -11,33 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 using namespace heed;
 
 namespace {
-
-#define CHECK_HEED_ERROR(expr, op)                                                   \
-  do {                                                                               \
-    CHECK_THROWS_AS((void)(expr), heed::Error);                                      \
-    std::string message_;                                                            \
-    try {                                                                            \
-      (void)(expr);                                                                  \
-    } catch (const heed::Error& e) {                                                 \
-      message_ = e.what();                                                           \
-    }                                                                                \
-    CHECK_MESSAGE(message_.rfind(std::string("heed::") + (op) + ":", 0) == 0,        \
-                  "expected an error from heed::" << (op) << ", got: " << message_); \
-  } while (0)
-
-// The message of the heed::Error thrown by f, or "" if none.
-template <typename F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const heed::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 Tensor leaf(std::initializer_list<double> values) { return tensor(values, TensorOptions(kF64).requires_grad(true)); }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 using namespace heed;
 
 namespace {
@@ -33,16 +35,6 @@ double reference_norm(const std::vector<std::vector<double>>& grads, double p) {
     for (double x : g) acc = std::isinf(p) ? std::max(acc, std::abs(x)) : acc + std::pow(std::abs(x), p);
   return std::isinf(p) ? acc : std::pow(acc, 1.0 / p);
 }
-
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol) {
   REQUIRE(actual.size() == expected.size());

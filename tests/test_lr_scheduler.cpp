@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 using namespace heed;
 using namespace heed::optim;
 
@@ -18,16 +20,6 @@ Tensor param() {
   p.requires_grad_();
   return p;
 }
-
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // nanoGPT's get_lr (linear warmup from 0), written out for the test.
 double nanogpt_lr(int64_t it, double lr, double min_lr, int64_t warmup, int64_t decay_iters) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 using namespace heed;
 using namespace heed::optim;
 
@@ -96,16 +98,6 @@ void check_close(const std::vector<double>& actual, const std::vector<double>& e
     CHECK(std::abs(actual[i] - expected[i]) <= atol + rtol * std::abs(expected[i]));
   }
 }
-
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Runs `steps` updates of an optimizer over two parameters (shapes {3,4} and {5}) against a
 // reference update applied to Reference copies.

@@ -17,22 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
+
 using namespace heed;
 
 namespace {
-
-#define CHECK_HEED_ERROR(expr, op)                                                   \
-  do {                                                                               \
-    CHECK_THROWS_AS((void)(expr), heed::Error);                                      \
-    std::string message_;                                                            \
-    try {                                                                            \
-      (void)(expr);                                                                  \
-    } catch (const heed::Error& e) {                                                 \
-      message_ = e.what();                                                           \
-    }                                                                                \
-    CHECK_MESSAGE(message_.rfind(std::string("heed::") + (op) + ":", 0) == 0,        \
-                  "expected an error from heed::" << (op) << ", got: " << message_); \
-  } while (0)
 
 // Philox4x32-10 written from the Random123 paper (Salmon et al., SC'11): a 128-bit counter
 // and a 64-bit key; each round multiplies words 0 and 2, the key is bumped by the Weyl

@@ -12,23 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 using namespace heed;
 
 namespace {
-
-// Runs `expr`, which must throw heed::Error whose message starts with "heed::<op>:".
-#define CHECK_HEED_ERROR(expr, op)                                                   \
-  do {                                                                               \
-    CHECK_THROWS_AS((void)(expr), heed::Error);                                      \
-    std::string message_;                                                            \
-    try {                                                                            \
-      (void)(expr);                                                                  \
-    } catch (const heed::Error& e) {                                                 \
-      message_ = e.what();                                                           \
-    }                                                                                \
-    CHECK_MESSAGE(message_.rfind(std::string("heed::") + (op) + ":", 0) == 0,        \
-                  "expected an error from heed::" << (op) << ", got: " << message_); \
-  } while (0)
 
 std::vector<int64_t> dims_vec(const Dims& d) { return d.vec(); }
 

@@ -15,6 +15,7 @@
 #include <heed/heed.h>
 
 #include "dataset.h"
+#include "main_guard.h"
 
 #include <chrono>
 #include <cmath>
@@ -468,15 +469,5 @@ int main(int argc, char** argv) {
   args.add_string("amp", &o.amp, "mixed-precision training (fp16 with loss scaling; evaluation stays float32)",
                   {"none", "fp16", "bf16"});
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
-  switch (args.parse(argc, argv)) {
-    case cli::ArgParser::Outcome::Help:
-      std::printf("%s", args.usage().c_str());
-      return 0;
-    case cli::ArgParser::Outcome::Error:
-      std::fprintf(stderr, "charlm: %s\n\n%s", args.error().c_str(), args.usage().c_str());
-      return 2;
-    case cli::ArgParser::Outcome::Ok:
-      break;
-  }
-  return cli::run_guarded("charlm", [&] { return run(o); });
+  return examples::parse_and_run(args, "charlm", argc, argv, [&] { return run(o); });
 }

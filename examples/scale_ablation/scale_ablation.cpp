@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "main_guard.h"
 #include "task.h"
 
 using namespace heed;
@@ -186,15 +187,5 @@ int main(int argc, char** argv) {
   args.add_int("seed", &o.seed, "random seed", 0, 1LL << 62);
   args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
   args.add_string("out-dir", &o.out_dir, "output directory");
-  switch (args.parse(argc, argv)) {
-    case cli::ArgParser::Outcome::Help:
-      std::printf("%s", args.usage().c_str());
-      return 0;
-    case cli::ArgParser::Outcome::Error:
-      std::fprintf(stderr, "scale_ablation: %s\n\n%s", args.error().c_str(), args.usage().c_str());
-      return 2;
-    case cli::ArgParser::Outcome::Ok:
-      break;
-  }
-  return cli::run_guarded("scale_ablation", [&] { return run(o); });
+  return examples::parse_and_run(args, "scale_ablation", argc, argv, [&] { return run(o); });
 }

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 
+#include "main_guard.h"
 #include "task.h"
 
 using namespace heed;
@@ -384,15 +385,5 @@ int main(int argc, char** argv) {
   args.add_int("train-size", &o.train_size, "training pairs to generate", 100, 10000000);
   args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
   args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);
-  switch (args.parse(argc, argv)) {
-    case cli::ArgParser::Outcome::Help:
-      std::printf("%s", args.usage().c_str());
-      return 0;
-    case cli::ArgParser::Outcome::Error:
-      std::fprintf(stderr, "translate: %s\n\n%s", args.error().c_str(), args.usage().c_str());
-      return 2;
-    case cli::ArgParser::Outcome::Ok:
-      break;
-  }
-  return cli::run_guarded("translate", [&] { return run(o); });
+  return examples::parse_and_run(args, "translate", argc, argv, [&] { return run(o); });
 }

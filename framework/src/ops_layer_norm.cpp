@@ -3,7 +3,7 @@
 // Invariants: normalizes over the last dim; saves the input, the per-row mean and 1/std
 // (compute dtype) and the weight; backward produces dx, dweight and dbias in one kernel call.
 // Under amp::Autocast it runs in float32 (16-bit inputs cast up, float32 output).
-#include "heed/amp.h"
+#include "heed/autocast.h"
 #include "heed/autograd.h"
 #include "heed/functional.h"
 #include "internal.h"

@@ -6,7 +6,7 @@
 // once. A 2-D right operand with a batched left operand is one big gemm, (B*M,K) @ (K,N).
 // Under amp::Autocast the operands are cast to the autocast dtype first (16-bit output,
 // float32 accumulation); backward uses matmul_raw and never autocasts.
-#include "heed/amp.h"
+#include "heed/autocast.h"
 #include "heed/autograd.h"
 #include "heed/ops.h"
 #include "internal.h"

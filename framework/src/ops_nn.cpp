@@ -8,7 +8,7 @@
 // float32 (cross_entropy always computes 16-bit logits in float32 and returns float32).
 #include <cmath>
 
-#include "heed/amp.h"
+#include "heed/autocast.h"
 #include "heed/autograd.h"
 #include "heed/functional.h"
 #include "heed/random.h"

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <limits>
 
-#include "heed/amp.h"
+#include "heed/autocast.h"
 #include "heed/autograd.h"
 #include "heed/ops.h"
 #include "internal.h"

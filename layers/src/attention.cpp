@@ -1,6 +1,7 @@
 // layers/src/attention.cpp — attention modules (see heed/nn/attention.h).
 #include "heed/nn/attention.h"
 
+#include <array>
 #include <cmath>
 
 #include "heed/autograd.h"
@@ -10,53 +11,133 @@
 namespace heed::nn {
 
 // ---- scale modes ----------------------------------------------------------------------------
+//
+// One row per AttentionScale: adding a mode is adding a row (and its enum value). A constant
+// mode gives the factor the attention function applies to q.k; a learned mode owns per-head
+// parameters of shape (H) and rescales q (and k) itself, leaving a factor of 1.
+
+namespace {
+
+// A learnable per-head parameter: its name (the state-dict key, which checkpoints depend on),
+// the AttentionScaling member holding it, and its initial value from root = sqrt(d_k).
+struct ScaleParameter {
+  const char* name = nullptr;  // nullptr: unused slot
+  Tensor AttentionScaling::*member = nullptr;
+  double (*initial)(double root) = nullptr;
+};
+constexpr size_t kMaxScaleParameters = 2;
+
+// What a learned mode needs to rescale q and k.
+struct ScaleInputs {
+  const AttentionScaling& scaling;  // its parameters (alpha, beta, tau)
+  double root;                      // sqrt(d_k)
+  Dims per_head_shape;              // (H, 1, 1), or all 1s for a single head
+
+  // A (H) parameter broadcast over (..., H, L, d_k), in `dtype`.
+  Tensor per_head(const Tensor& p, DType dtype) const { return p.view(per_head_shape).to(dtype); }
+};
+
+struct ScaleMode {
+  AttentionScale mode = AttentionScale::SqrtDk;
+  const char* name = "";
+  bool parseable = true;          // parse_attention_scale accepts the name (fixed is set from code)
+  bool uses_fixed_scale = false;  // the constructor's fixed_scale (must be finite and non-zero)
+  std::array<ScaleParameter, kMaxScaleParameters> parameters{};  // registered in this order
+  // Constant modes: the factor multiplying q.k; nullptr for learned modes.
+  double (*constant)(double root, double fixed_scale) = nullptr;
+  // Learned modes: q and k (..., L, d_k) rescaled, and head h's current scale (diagnostics).
+  AttentionScaling::Scaled (*rescale)(const Tensor& q, const Tensor& k, const ScaleInputs& in) = nullptr;
+  double (*head_scale)(const AttentionScaling& s, int64_t h, double root) = nullptr;
+};
+
+// L2-normalises the last dim: x / |x| (the 1e-12 keeps a zero row finite).
+Tensor l2_normalize(const Tensor& x) { return x * rsqrt(sum(x * x, {-1}, true) + 1e-12); }
+
+// Rows in the order parse_attention_scale lists them in its error message.
+const ScaleMode kScaleModes[] = {
+    {.mode = AttentionScale::SqrtDk, .name = "sqrt_dk", .constant = [](double root, double) { return 1.0 / root; }},
+    {.mode = AttentionScale::None, .name = "none", .constant = [](double, double) { return 1.0; }},
+    {.mode = AttentionScale::Learnable,
+     .name = "learnable",
+     .parameters = {{{"alpha", &AttentionScaling::alpha, [](double root) { return 1.0 / root; }}}},
+     // q * alpha (alpha per head)
+     .rescale = [](const Tensor& q, const Tensor& k, const ScaleInputs& in) -> AttentionScaling::Scaled {
+       return {q * in.per_head(in.scaling.alpha, q.dtype()), k, 1.0};
+     },
+     .head_scale = [](const AttentionScaling& s, int64_t h, double) { return s.alpha.at<double>({h}); }},
+    {.mode = AttentionScale::Affine,
+     .name = "affine",
+     .parameters = {{{"alpha", &AttentionScaling::alpha, [](double) { return 1.0; }},
+                     {"beta", &AttentionScaling::beta, [](double) { return 0.0; }}}},
+     // q / (alpha * sqrt(d_k) + beta), the (H) denominator inverted before broadcasting
+     .rescale = [](const Tensor& q, const Tensor& k, const ScaleInputs& in) -> AttentionScaling::Scaled {
+       Tensor denominator = in.scaling.alpha * in.root + in.scaling.beta;  // (H)
+       return {q * in.per_head(rdiv_scalar(denominator, 1.0), q.dtype()), k, 1.0};
+     },
+     .head_scale = [](const AttentionScaling& s, int64_t h,
+                      double root) { return 1.0 / (s.alpha.at<double>({h}) * root + s.beta.at<double>({h})); }},
+    {.mode = AttentionScale::Cosine,
+     .name = "cosine",
+     .parameters = {{{"tau", &AttentionScaling::tau, [](double root) { return root; }}}},
+     // (q / |q|) * tau and k / |k|: tau times the cosine similarity
+     .rescale = [](const Tensor& q, const Tensor& k, const ScaleInputs& in) -> AttentionScaling::Scaled {
+       return {l2_normalize(q) * in.per_head(in.scaling.tau, q.dtype()), l2_normalize(k), 1.0};
+     },
+     .head_scale = [](const AttentionScaling& s, int64_t h, double) { return s.tau.at<double>({h}); }},
+    {.mode = AttentionScale::Fixed,
+     .name = "fixed",
+     .parseable = false,
+     .uses_fixed_scale = true,
+     .constant = [](double, double fixed_scale) { return fixed_scale; }},
+};
+
+const ScaleMode* find_scale_mode(AttentionScale mode) {
+  for (const ScaleMode& row : kScaleModes)
+    if (row.mode == mode) return &row;
+  return nullptr;
+}
+
+const ScaleMode& scale_mode(AttentionScale mode) {
+  const ScaleMode* row = find_scale_mode(mode);
+  HEED_CHECK(row != nullptr, "AttentionScaling", "unknown attention scale mode {}", static_cast<int>(mode));
+  return *row;
+}
+
+// "sqrt_dk, none, learnable, affine or cosine": the parseable names.
+std::string parseable_scale_names() {
+  std::vector<const char*> names;
+  for (const ScaleMode& row : kScaleModes)
+    if (row.parseable) names.push_back(row.name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+}  // namespace
 
 const char* attention_scale_name(AttentionScale scale) {
-  switch (scale) {
-    case AttentionScale::SqrtDk:
-      return "sqrt_dk";
-    case AttentionScale::None:
-      return "none";
-    case AttentionScale::Learnable:
-      return "learnable";
-    case AttentionScale::Affine:
-      return "affine";
-    case AttentionScale::Cosine:
-      return "cosine";
-    case AttentionScale::Fixed:
-      return "fixed";
-  }
-  return "?";
+  const ScaleMode* row = find_scale_mode(scale);
+  return row ? row->name : "?";
 }
 
 AttentionScale parse_attention_scale(const std::string& text) {
-  for (AttentionScale s : {AttentionScale::SqrtDk, AttentionScale::None, AttentionScale::Learnable,
-                           AttentionScale::Affine, AttentionScale::Cosine})
-    if (text == attention_scale_name(s)) return s;
-  fail("parse_attention_scale", "unknown attention scale '{}' (expected sqrt_dk, none, learnable, affine or cosine)",
-       text);
+  for (const ScaleMode& row : kScaleModes)
+    if (row.parseable && text == row.name) return row.mode;
+  fail("parse_attention_scale", "unknown attention scale '{}' (expected {})", text, parseable_scale_names());
 }
 
 AttentionScaling::AttentionScaling(AttentionScale mode, int64_t d_k, int64_t heads, double fixed_scale)
     : Module("AttentionScaling"), mode_(mode), d_k_(d_k), heads_(heads), fixed_scale_(fixed_scale) {
   HEED_CHECK(d_k > 0 && heads > 0, "AttentionScaling", "d_k and heads must be positive, got {} and {}", d_k, heads);
-  HEED_CHECK(mode != AttentionScale::Fixed || (std::isfinite(fixed_scale) && fixed_scale != 0.0), "AttentionScaling",
+  const ScaleMode& row = scale_mode(mode);
+  HEED_CHECK(!row.uses_fixed_scale || (std::isfinite(fixed_scale) && fixed_scale != 0.0), "AttentionScaling",
              "a fixed scale must be finite and non-zero, got {}", fixed_scale);
   const double root = std::sqrt(static_cast<double>(d_k));
-  switch (mode) {
-    case AttentionScale::Learnable:
-      alpha = register_parameter("alpha", full({heads}, 1.0 / root));
-      break;
-    case AttentionScale::Affine:
-      alpha = register_parameter("alpha", ones({heads}));
-      beta = register_parameter("beta", zeros({heads}));
-      break;
-    case AttentionScale::Cosine:
-      tau = register_parameter("tau", full({heads}, root));
-      break;
-    default:
-      break;
-  }
+  for (const ScaleParameter& p : row.parameters)
+    if (p.name) this->*p.member = register_parameter(p.name, full({heads}, p.initial(root)));
 }
 
 AttentionScaling::Scaled AttentionScaling::apply(const Tensor& q, const Tensor& k) const {
@@ -70,68 +151,26 @@ AttentionScaling::Scaled AttentionScaling::apply(const Tensor& q, const Tensor& 
   HEED_CHECK(!per_head_params || heads_ == 1 || (q.dim() >= 3 && q.size(-3) == heads_), name,
              "per-head scale parameters for {} heads need queries (..., {}, L, {}), got {}", heads_, heads_, d_k_,
              shape_str(q.shape()));
+  const ScaleMode& row = scale_mode(mode_);
+  const double root = std::sqrt(static_cast<double>(d_k_));
+  if (row.constant) return {q, k, row.constant(root, fixed_scale_)};
   const Dims per_head_shape = heads_ == 1 ? Dims::filled(std::min(q.dim(), 3), 1) : Dims{heads_, 1, 1};
-  auto per_head = [&](const Tensor& p) { return p.view(per_head_shape); };
-  switch (mode_) {
-    case AttentionScale::SqrtDk:
-      return {q, k, 1.0 / std::sqrt(static_cast<double>(d_k_))};
-    case AttentionScale::None:
-      return {q, k, 1.0};
-    case AttentionScale::Fixed:
-      return {q, k, fixed_scale_};
-    case AttentionScale::Learnable:
-      return {q * per_head(alpha).to(q.dtype()), k, 1.0};
-    case AttentionScale::Affine: {
-      Tensor denominator = alpha * std::sqrt(static_cast<double>(d_k_)) + beta;
-      return {q * per_head(rdiv_scalar(denominator, 1.0)).to(q.dtype()), k, 1.0};
-    }
-    case AttentionScale::Cosine: {
-      auto normalize = [](const Tensor& x) { return x * rsqrt(sum(x * x, {-1}, true) + 1e-12); };
-      return {normalize(q) * per_head(tau).to(q.dtype()), normalize(k), 1.0};
-    }
-  }
-  return {q, k, 1.0};
+  return row.rescale(q, k, ScaleInputs{*this, root, per_head_shape});
 }
 
 std::vector<double> AttentionScaling::effective_scale() const {
-  std::vector<double> out(static_cast<size_t>(heads_));
+  const ScaleMode& row = scale_mode(mode_);
   const double root = std::sqrt(static_cast<double>(d_k_));
-  for (int64_t h = 0; h < heads_; ++h) {
-    switch (mode_) {
-      case AttentionScale::SqrtDk:
-        out[h] = 1.0 / root;
-        break;
-      case AttentionScale::None:
-        out[h] = 1.0;
-        break;
-      case AttentionScale::Fixed:
-        out[h] = fixed_scale_;
-        break;
-      case AttentionScale::Learnable:
-        out[h] = alpha.at<double>({h});
-        break;
-      case AttentionScale::Affine:
-        out[h] = 1.0 / (alpha.at<double>({h}) * root + beta.at<double>({h}));
-        break;
-      case AttentionScale::Cosine:
-        out[h] = tau.at<double>({h});
-        break;
-    }
-  }
+  std::vector<double> out(static_cast<size_t>(heads_));
+  for (int64_t h = 0; h < heads_; ++h)
+    out[h] = row.constant ? row.constant(root, fixed_scale_) : row.head_scale(*this, h, root);
   return out;
 }
 
 std::optional<double> AttentionScaling::constant_scale() const {
-  switch (mode_) {
-    case AttentionScale::SqrtDk:
-      return 1.0 / std::sqrt(static_cast<double>(d_k_));
-    case AttentionScale::None:
-      return 1.0;
-    case AttentionScale::Fixed:
-      return fixed_scale_;
-    default:
-      return std::nullopt;
-  }
+  const ScaleMode& row = scale_mode(mode_);
+  if (!row.constant) return std::nullopt;
+  return row.constant(std::sqrt(static_cast<double>(d_k_)), fixed_scale_);
 }
 
 void KVCache::reorder(const Tensor& indices) {

@@ -1,8 +1,8 @@
 // heed/heed.h — the umbrella header: everything a training program needs.
 #pragma once
 
-#include "heed/amp.h"           // IWYU pragma: export
 #include "heed/attention.h"     // IWYU pragma: export
+#include "heed/autocast.h"      // IWYU pragma: export
 #include "heed/autograd.h"      // IWYU pragma: export
 #include "heed/checkpoint.h"    // IWYU pragma: export
 #include "heed/cli.h"           // IWYU pragma: export
@@ -15,6 +15,7 @@
 #include "heed/dtype.h"         // IWYU pragma: export
 #include "heed/error.h"         // IWYU pragma: export
 #include "heed/functional.h"    // IWYU pragma: export
+#include "heed/grad_scaler.h"   // IWYU pragma: export
 #include "heed/gradcheck.h"     // IWYU pragma: export
 #include "heed/io.h"            // IWYU pragma: export
 #include "heed/json_read.h"     // IWYU pragma: export
