@@ -19,7 +19,7 @@
 #include "heed/config.h"
 #include "heed/device.h"
 #include "heed/dtype.h"
-#include "kernels/base/elementwise_table.h"
+#include "kernels/elementwise_table.h"
 
 namespace heed::kernels {
 
@@ -32,7 +32,7 @@ struct StridedView {
   int64_t strides[kMaxDims] = {};  // in elements
 };
 
-// The element-wise ops, one enum value per row of kernels/base/elementwise_table.h.
+// The element-wise ops, one enum value per row of kernels/elementwise_table.h.
 #define HEED_UNARY_ENUM_VALUE(Row, function) Row,
 enum class UnaryOp : uint8_t { HEED_FOR_EACH_UNARY_OP(HEED_UNARY_ENUM_VALUE) Count };
 #undef HEED_UNARY_ENUM_VALUE

@@ -58,7 +58,7 @@ Tensor unary_raw(kernels::UnaryOp op, const Tensor& x, double alpha, const char*
 
 // ---- the op registry ------------------------------------------------------------------------
 // Every name heed's own ops record on the tape: the differentiable rows of the element-wise
-// table (kernels/base/elementwise_table.h) plus the ops written by hand below. heed's op code
+// table (kernels/elementwise_table.h) plus the ops written by hand below. heed's op code
 // records through detail::record(OpName, ...) only (record_op is poisoned in files that include
 // this header), and an OpName is built from a literal at compile time only when the registry
 // holds it, so no op can record a name the registry does not know. tests/test_gradcheck.cpp

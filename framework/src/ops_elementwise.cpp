@@ -185,7 +185,7 @@ Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b, const char* name)
 Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Maximum, a, b, "maximum"); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Minimum, a, b, "minimum"); }
 
-// ---- unary: every op from its row of kernels/base/elementwise_table.h -------------------------
+// ---- unary: every op from its row of kernels/elementwise_table.h -------------------------
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include "cpu_kernels.h"
 #include "heed/error.h"
-#include "heed/storage.h"
+#include "heed/allocator_stats.h"
 
 namespace heed {
 

@@ -1,6 +1,6 @@
 // kernels/cpu/elementwise.cpp — fill, copy/convert, unary (forward and backward), binary, where
 // and arange on the CPU. The unary and binary formulas are the rows of
-// kernels/base/elementwise_table.h (shared with the CUDA backend); the AVX2 gelu paths of
+// kernels/elementwise_table.h (shared with the CUDA backend); the AVX2 gelu paths of
 // vec_math.h are the only per-op code here.
 //
 // Invariants: every element is computed independently (thread count never matters); 16-bit

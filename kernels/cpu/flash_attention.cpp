@@ -19,7 +19,7 @@
 #include "blas_call.h"
 #include "cpu_common.h"
 #include "cpu_kernels.h"
-#include "heed/random.h"
+#include "heed/philox.h"
 #include "vec_math.h"
 
 namespace heed::kernels::cpu {

@@ -9,7 +9,7 @@
 
 #include "cpu_common.h"
 #include "cpu_kernels.h"
-#include "heed/random.h"
+#include "heed/philox.h"
 
 namespace heed::kernels::cpu {
 

@@ -9,8 +9,8 @@
 //    and NaN gives 0.
 //  * Every reduction combines values in an order fixed by the problem shape (block size,
 //    chunking), never by timing: results are deterministic run to run.
-//  * philox4x32_10 / philox_uniform / philox_normal are heed::philox_* of
-//    framework/src/random.cpp evaluated on the device: same seed, same numbers.
+//  * philox4x32_10 / philox_uniform / philox_normal are the HEED_HD functions of heed/philox.h,
+//    the same code the CPU runs: same seed, same numbers.
 //  * Kernels are launched through HEED_LAUNCH (the emulator cannot parse <<< >>>), use
 //    dynamic shared memory only (dynamic_shared<T>()), and __syncthreads as their only
 //    cross-thread synchronisation.
@@ -28,7 +28,8 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "kernels/base/hd.h"
+#include "heed/hd.h"
+#include "heed/philox.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
@@ -257,7 +258,7 @@ HEED_HD C quiet_nan() {
   return std::numeric_limits<C>::quiet_NaN();
 }
 
-// Math in the compute type (math_exp, math_log, ...) comes from kernels/base/hd.h.
+// Math in the compute type (math_exp, math_log, ...) comes from heed/hd.h.
 
 // ---- host dispatch ---------------------------------------------------------------------------
 
@@ -422,50 +423,8 @@ inline int row_threads(int64_t cols) {
   return threads;
 }
 
-// ---- Philox4x32-10 (framework/src/random.cpp on the device) -----------------------------------
+// ---- Philox4x32-10: heed/philox.h (host and device, one copy) ----------------------------------
 
-struct Philox4Result {
-  uint32_t v[4];
-};
-
-HEED_HD Philox4Result philox4x32_10(uint64_t counter, uint64_t key) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += kWeyl0;
-      k1 += kWeyl1;
-    }
-    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2;
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-  }
-  return {{c0, c1, c2, c3}};
-}
-
-HEED_HD float uniform_from_bits(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
-
-// Uniform [0, 1): 24 bits of lane index % 4 of Philox block index / 4.
-HEED_HD float philox_uniform(uint64_t seed, uint64_t index) {
-  const Philox4Result r = philox4x32_10(index >> 2, seed);
-  return uniform_from_bits(r.v[index & 3]);
-}
-
-// Standard normal: Box-Muller on lanes 0 and 1 of block index / 2 (cosine even, sine odd), in
-// double as the CPU computes it.
-HEED_HD float philox_normal(uint64_t seed, uint64_t index) {
-  const Philox4Result r = philox4x32_10(index >> 1, seed);
-  const double u1 = (static_cast<double>(r.v[0] >> 8) + 1.0) * (1.0 / 16777216.0);
-  const double u2 = static_cast<double>(r.v[1] >> 8) * (1.0 / 16777216.0);
-  const double radius = sqrt(-2.0 * log(u1)), angle = 6.283185307179586 * u2;
-  return static_cast<float>(radius * ((index & 1) ? sin(angle) : cos(angle)));
-}
+// philox4x32_10, philox_uniform and philox_normal are found in the enclosing namespace heed.
 
 }  // namespace heed::kernels::cuda

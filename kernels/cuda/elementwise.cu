@@ -1,6 +1,6 @@
 // kernels/cuda/elementwise.cu — unary (forward and backward), binary (with broadcasting), where
 // and arange on the GPU. The unary and binary formulas are the HEED_HD rows of
-// kernels/base/elementwise_table.h, the same code the CPU kernels run.
+// kernels/elementwise_table.h, the same code the CPU kernels run.
 //
 // Invariants: every element is computed independently by a grid-stride loop, with the same
 // formula as kernels/cpu/elementwise.cpp in the same compute type (16-bit floats in float32),

@@ -58,7 +58,7 @@ __global__ void uniform_kernel(T* out, int64_t n, double low, double high, T bel
 template <typename T>
 __global__ void randint_kernel(T* out, int64_t n, int64_t low, uint64_t span, uint64_t seed, uint64_t offset) {
   for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const Philox4Result r = philox4x32_10(offset + static_cast<uint64_t>(i), seed);
+    const Philox4 r = philox4x32_10(offset + static_cast<uint64_t>(i), seed);
     const uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
     out[i] = static_cast<T>(low + static_cast<int64_t>(bits % span));
   }

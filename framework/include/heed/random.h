@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "heed/philox.h"  // Philox4x32-10 and the streams every device computes
+
 namespace heed {
 
 // A Philox stream: a seed and the offset of the next unused counter. Thread-safe: every draw
@@ -72,19 +74,5 @@ class Generator {
 Generator& default_generator();
 // Seeds the default generator (torch.manual_seed).
 void manual_seed(uint64_t seed);
-
-// Philox4x32-10 of (counter, key): four 32-bit outputs. Exposed for tests and kernels.
-struct Philox4 {
-  uint32_t v[4];
-};
-Philox4 philox4x32_10(uint64_t counter, uint64_t key);
-// The i-th uniform float in [0, 1) of a seed's stream, as every kernel computes it: 24 bits
-// of lane i % 4 of Philox block i / 4.
-float philox_uniform(uint64_t seed, uint64_t index);
-// out[j] = philox_uniform(seed, first + j) for j < n, one Philox evaluation per four values.
-void philox_uniform_fill(uint64_t seed, uint64_t first, int64_t n, float* out);
-// The i-th standard normal of a seed's stream: Box-Muller on lanes 0 and 1 of Philox block
-// i / 2, the cosine for even i and the sine for odd i.
-float philox_normal(uint64_t seed, uint64_t index);
 
 }  // namespace heed

@@ -1,4 +1,4 @@
-// framework/src/metrics.cpp — corpus BLEU (sacreBLEU's definition, see metrics.h).
+// support/src/metrics.cpp — corpus BLEU (sacreBLEU's definition, see metrics.h).
 #include "heed/metrics.h"
 
 #include <cmath>

@@ -1,4 +1,5 @@
-// heed/heed.h — the umbrella header: everything a training program needs.
+// heed/heed.h — the umbrella header: everything a training program needs. It lives in the top
+// layer (layers/include) so that it can include every layer without an upward include.
 #pragma once
 
 #include "heed/attention.h"     // IWYU pragma: export

@@ -1,4 +1,4 @@
-// kernels/base/hd.h — HEED_HD (a function compiled for host and device) and the scalar math
+// heed/hd.h — HEED_HD (a function compiled for host and device) and the scalar math
 // both backends call, so a formula written once computes the same thing on the CPU, on the GPU
 // and in the CPU emulator of the CUDA kernels.
 //

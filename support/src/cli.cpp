@@ -1,4 +1,4 @@
-// framework/src/cli.cpp — strict command-line parsing (see heed/cli.h).
+// support/src/cli.cpp — strict command-line parsing (see heed/cli.h).
 #include "heed/cli.h"
 
 #include <cerrno>

@@ -1,4 +1,4 @@
-// framework/src/report.cpp — progress line, metrics log, SVG pictures (see heed/report.h).
+// support/src/report.cpp — progress line, metrics log, SVG pictures (see heed/report.h).
 #include "heed/report.h"
 
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// kernels/base/elementwise_table.h — the element-wise op table: one row per unary and binary
+// kernels/elementwise_table.h — the element-wise op table: one row per unary and binary
 // op, with its name, the dtypes it accepts, its forward formula and (unary ops) its derivative.
 //
 // Everything element-wise comes from these rows: the UnaryOp / BinaryOp enums and their names
@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/base/hd.h"
+#include "heed/hd.h"
 
 namespace heed::kernels {
 
