@@ -2,7 +2,7 @@
 // op, with its name, the dtypes it accepts, its forward formula and (unary ops) its derivative.
 //
 // Everything element-wise comes from these rows: the UnaryOp / BinaryOp enums and their names
-// (kernels.h), the dtype rules of the ops layer (framework/src/ops_elementwise.cpp), the CPU and
+// (kernels.h), the dtype rules of the ops layer (framework/src/ops/elementwise.cpp), the CPU and
 // CUDA functors (kernels/cpu/elementwise.cpp, kernels/cuda/elementwise.cu: both call the
 // HEED_HD formulas below, so the formula exists once), the generic unary backward kernel, and,
 // for the rows of HEED_UNARY_FUNCTION_OPS, the public function `Tensor fn(const Tensor&)` with
@@ -146,7 +146,7 @@ HEED_UNARY_ROW(LogicalNot, "logical_not", Bool,  NotDifferentiable, static_cast<
 // clang-format on
 }  // namespace unary
 
-// X(Row, function): the rows above whose public function is generated (ops_elementwise.cpp).
+// X(Row, function): the rows above whose public function is generated (framework/src/ops/elementwise.cpp).
 #define HEED_UNARY_FUNCTION_OPS(X) \
   X(Neg, neg)                      \
   X(Exp, exp)                      \
@@ -180,7 +180,7 @@ HEED_UNARY_ROW(LogicalNot, "logical_not", Bool,  NotDifferentiable, static_cast<
 // ---- binary rows ----------------------------------------------------------------------------
 // HEED_BINARY_ROW(Row, "name", domain, forward of (x, y)). Comparison and Bool rows give bool.
 // Their backward (with broadcasting and the reduction back to each input's shape) is written in
-// framework/src/ops_elementwise.cpp.
+// framework/src/ops/elementwise.cpp.
 #define HEED_BINARY_ROW(Row, text, row_domain, forward_formula) \
   struct Row {                                                  \
     static constexpr const char* name = text;                   \

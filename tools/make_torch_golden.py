@@ -214,7 +214,7 @@ class TorchLM(nn.Module):
 
 
 def warmup_cosine_lr(step, base, warmup, total, min_lr):
-    """heed's optim::WarmupCosineLR::get_lr (framework/src/lr_scheduler.cpp), one group."""
+    """heed's optim::WarmupCosineLR::get_lr (framework/src/train/lr_scheduler.cpp), one group."""
     if step < warmup:
         return base * step / warmup
     if step > total or total == warmup:

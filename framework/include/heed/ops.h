@@ -3,7 +3,7 @@
 // Every op here checks its arguments and throws heed::Error naming the op, the shapes and
 // what was expected; element-wise ops broadcast like NumPy/PyTorch; mixed dtypes promote
 // (see promote_types); float16/bfloat16 compute in float32 and round back.
-// Each op's backward sits beside its forward in framework/src/ops_*.cpp.
+// Each op's backward sits beside its forward in framework/src/ops/*.cpp.
 #pragma once
 
 #include <utility>

@@ -1,4 +1,4 @@
-// framework/src/random.cpp — the default generator (Philox4x32-10 itself is heed/philox.h).
+// framework/src/core/random.cpp — the default generator (Philox4x32-10 itself is heed/philox.h).
 //
 // Invariant: element i of a draw at (seed, offset) is a pure function of
 // (seed, offset + i); kernels on every device compute exactly these functions.

@@ -1,4 +1,4 @@
-// framework/src/lr_scheduler.cpp — ConstantLR, WarmupCosineLR and NoamLR.
+// framework/src/train/lr_scheduler.cpp — ConstantLR, WarmupCosineLR and NoamLR.
 //
 // Invariant: the lr of a group is always get_lr(current_step(), group); constructors,
 // step() and load_state_dict() all go through apply().

@@ -1,4 +1,4 @@
-// framework/src/gradcheck.cpp — finite-difference Jacobian check in float64.
+// framework/src/ops/gradcheck.cpp — finite-difference Jacobian check in float64.
 //
 // Invariants: the analytic Jacobian comes from one autograd::grad call per output element
 // (a one-hot output gradient); the numeric one from central differences, perturbing each

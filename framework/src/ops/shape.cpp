@@ -1,4 +1,4 @@
-// framework/src/ops_shape.cpp — views (share storage), joining, splitting and indexing,
+// framework/src/ops/shape.cpp — views (share storage), joining, splitting and indexing,
 // each forward beside its backward.
 //
 // Invariants: views never copy; reshape copies only when no strides can express the new

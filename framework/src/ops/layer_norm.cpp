@@ -1,4 +1,4 @@
-// framework/src/ops_layer_norm.cpp — F::layer_norm, forward and backward on fused kernels.
+// framework/src/ops/layer_norm.cpp — F::layer_norm, forward and backward on fused kernels.
 //
 // Invariants: normalizes over the last dim; saves the input, the per-row mean and 1/std
 // (compute dtype) and the weight; backward produces dx, dweight and dbias in one kernel call.

@@ -1,4 +1,4 @@
-// framework/src/parallel.cpp — one thread count for heed's OpenMP loops and OpenBLAS.
+// framework/src/core/parallel.cpp — one thread count for heed's OpenMP loops and OpenBLAS.
 #include "heed/parallel.h"
 
 #include <omp.h>

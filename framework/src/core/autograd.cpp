@@ -1,4 +1,4 @@
-// framework/src/autograd.cpp — grad mode, saved tensors, nodes and the backward engine.
+// framework/src/core/autograd.cpp — grad mode, saved tensors, nodes and the backward engine.
 //
 // The engine counts, for every node reachable from the roots, how many edges lead into it,
 // then runs nodes whose count reached zero (a topological order, no recursion). Gradients

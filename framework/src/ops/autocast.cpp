@@ -1,4 +1,4 @@
-// framework/src/autocast.cpp — autocast state and the per-scope cast cache (see autocast.h).
+// framework/src/ops/autocast.cpp — autocast state and the per-scope cast cache (see autocast.h).
 //
 // Invariants: all autocast state (enabled flag, dtype, scope depth, cast cache, counters) is
 // thread-local; the cache only holds casts of float32 leaves that require grad, and an entry

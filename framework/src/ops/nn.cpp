@@ -1,4 +1,4 @@
-// framework/src/ops_nn.cpp — softmax, log_softmax, cross_entropy, dropout, embedding and
+// framework/src/ops/nn.cpp — softmax, log_softmax, cross_entropy, dropout, embedding and
 // linear: the functional API (heed::F), each forward beside its backward.
 //
 // Invariants: softmax-family kernels work on contiguous rows along the last dim (another

@@ -1,4 +1,4 @@
-// framework/src/optim.cpp — SGD, Adam and AdamW, and the optimizer state dict.
+// framework/src/train/optim.cpp — SGD, Adam and AdamW, and the optimizer state dict.
 //
 // Invariants: updates run under NoGradGuard and write parameters in place (version bumped);
 // Adam/AdamW call the fused adam_step kernel of the parameter's device once per parameter;

@@ -1,4 +1,4 @@
-// framework/src/ops_matmul.cpp — matmul with torch.matmul semantics on BLAS, and its backward.
+// framework/src/ops/matmul.cpp — matmul with torch.matmul semantics on BLAS, and its backward.
 //
 // Invariants: operands whose last two dims are row-major or transposed (one unit stride)
 // go to the gemm kernel as they are, with a transpose flag and leading dimension; batch

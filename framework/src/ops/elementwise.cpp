@@ -1,4 +1,4 @@
-// framework/src/ops_elementwise.cpp — element-wise ops with broadcasting; each forward is
+// framework/src/ops/elementwise.cpp — element-wise ops with broadcasting; each forward is
 // followed by its backward.
 //
 // Invariants: inputs are promoted to a common dtype (integers to float32 for float-only

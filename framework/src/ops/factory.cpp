@@ -1,4 +1,4 @@
-// framework/src/ops_factory.cpp — tensor factories and the triangle masks.
+// framework/src/ops/factory.cpp — tensor factories and the triangle masks.
 //
 // Invariants: random factories draw from the default Philox generator and advance it by
 // exactly numel counters, so the same seed gives the same tensors in the same order.

@@ -1,4 +1,4 @@
-// framework/src/grad_scaler.cpp — GradScaler, dynamic loss scaling (see grad_scaler.h).
+// framework/src/train/grad_scaler.cpp — GradScaler, dynamic loss scaling (see grad_scaler.h).
 //
 // Invariants: gradients change only in place under NoGradGuard; a gradient is changed only
 // after every gradient of the optimizer was checked.

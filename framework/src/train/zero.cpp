@@ -1,4 +1,4 @@
-// framework/src/zero.cpp — ZeroRedundancyOptimizer (ZeRO-1, see heed/zero.h).
+// framework/src/train/zero.cpp — ZeroRedundancyOptimizer (ZeRO-1, see heed/zero.h).
 //
 // Invariants: the layout (spaces, entries, pieces) is computed once from the parameter list
 // and chunk_range, so every rank derives the same one without communication; every

@@ -1,4 +1,4 @@
-// framework/src/ops_flash_attention.cpp — F::flash_attention and F::flash_attention_packed: the
+// framework/src/ops/flash_attention.cpp — F::flash_attention and F::flash_attention_packed: the
 // fused attention kernel as differentiable ops (forward and backward side by side).
 //
 // Invariants: operands are passed to the kernel as strided views (only the feature dim must

@@ -1,4 +1,4 @@
-// framework/src/dist_nccl.h — NCCL communicator for CUDA tensors (internal to dist.cpp).
+// framework/src/dist/dist_nccl.h — NCCL communicator for CUDA tensors (internal to dist.cpp).
 //
 // Invariants:
 //  * Built only with HEED_HAVE_NCCL (CMake found nccl.h and libnccl beside the CUDA toolkit);

@@ -1,4 +1,4 @@
-// framework/src/dist.cpp — process groups and collectives over Gloo (see heed/dist.h).
+// framework/src/dist/dist.cpp — process groups and collectives over Gloo (see heed/dist.h).
 //
 // Invariants: every Gloo call runs inside guarded(), which turns Gloo's exceptions into a
 // heed::Error naming the collective, this rank, the cause and (on one machine) the ranks

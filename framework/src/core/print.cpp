@@ -1,4 +1,4 @@
-// framework/src/print.cpp — PyTorch-style printing of tensors.
+// framework/src/core/print.cpp — PyTorch-style printing of tensors.
 //
 // Invariants (the rules of torch/_tensor_str.py with its default options):
 //  * Tensors with more than 1000 elements are summarized: every dim longer than 6 shows its

@@ -1,4 +1,4 @@
-// framework/src/clip.cpp — clip_grad_norm_ and clip_grad_value_.
+// framework/src/train/clip.cpp — clip_grad_norm_ and clip_grad_value_.
 //
 // Invariants: norms accumulate in float64 on the gradients' devices through the global_norm
 // kernel (one call, so one host synchronisation, per device); a gradient tensor shared by

@@ -1,4 +1,4 @@
-// framework/src/dist_nccl.cpp — NCCL communicator for CUDA tensors (see dist_nccl.h).
+// framework/src/dist/dist_nccl.cpp — NCCL communicator for CUDA tensors (see dist_nccl.h).
 //
 // Invariants: the communicator is created non-blocking (ncclConfig_t::blocking = 0) so that
 // initialisation and every collective can be abandoned at the deadline (ncclCommAbort); a

@@ -1,4 +1,4 @@
-// framework/src/io.cpp — safetensors writer and hardened reader, JSON files, atomic replace.
+// framework/src/io/io.cpp — safetensors writer and hardened reader, JSON files, atomic replace.
 //
 // Invariants: the reader checks every number of the header before using it (header length
 // against the file and a cap, dtype, shape, offsets against the data size, byte counts

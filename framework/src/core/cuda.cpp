@@ -1,4 +1,4 @@
-// framework/src/cuda.cpp — CUDA availability and switches as the user sees them.
+// framework/src/core/cuda.cpp — CUDA availability and switches as the user sees them.
 #include "heed/cuda.h"
 
 #include "kernels/cuda/cuda_backend.h"

@@ -1,4 +1,4 @@
-// framework/src/ops_reduce.cpp — sum, mean, var, max/min, argmax/argmin and sum_to, each
+// framework/src/ops/reduce.cpp — sum, mean, var, max/min, argmax/argmin and sum_to, each
 // forward beside its backward.
 //
 // Invariants: a reduction is planned as a contiguous (outer, extent, inner) block; when the

@@ -1,4 +1,4 @@
-// framework/src/ops_attention.cpp — scaled dot-product attention, composed from matmul,
+// framework/src/ops/attention.cpp — scaled dot-product attention, composed from matmul,
 // masking and softmax (the reference path; every faster kernel is tested against it).
 //
 // Invariants: scores are formed as (q * scale) k^T in the compute dtype (float32 for 16-bit

@@ -1,5 +1,5 @@
-// framework/src/tensor.cpp — Tensor metadata, element access, conversion, autograd entry
-// points and in-place ops. Views live in ops_shape.cpp, math in ops_*.cpp.
+// framework/src/core/tensor.cpp — Tensor metadata, element access, conversion, autograd entry
+// points and in-place ops. Views live in ops/shape.cpp, math in ops/*.cpp.
 #include "heed/tensor.h"
 
 #include <cmath>

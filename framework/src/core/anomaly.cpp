@@ -1,4 +1,4 @@
-// framework/src/anomaly.cpp — anomaly detection (see heed/anomaly.h).
+// framework/src/core/anomaly.cpp — anomaly detection (see heed/anomaly.h).
 //
 // Invariants: all state is thread-local; statistics are computed with grad mode off on a
 // float64 host copy, and a re-entrancy flag keeps the checks from checking themselves.
