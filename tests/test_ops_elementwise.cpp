@@ -419,6 +419,16 @@ TEST_CASE("elementwise: dtype promotion") {
   CHECK((f32.to(kFloat16) + f32.to(kBFloat16)).dtype() == kFloat32);
   CHECK(neg(i32).dtype() == kInt32);
   CHECK(exp(i32).dtype() == kFloat32);
+  // A scalar argument keeps an integer tensor integral only when the dtype holds it exactly.
+  CHECK(add_scalar(i32, 2.0).dtype() == kInt32);
+  CHECK(add_scalar(i32, 2.5).dtype() == kFloat32);
+  const Tensor big = add_scalar(i32, 1e10);  // beyond int32: computed in float32, no overflow
+  CHECK(big.dtype() == kFloat32);
+  check_values(big, {3}, {1e10, 1e10, 1e10}, 1e-7, 0);
+  CHECK(add_scalar(i64, 1e10).dtype() == kInt64);
+  const Tensor clamped = clamp(i32, -std::numeric_limits<double>::infinity(), 2.0);  // an infinite bound
+  CHECK(clamped.dtype() == kFloat32);
+  check_values(clamped, {3}, {1.0, 2.0, 2.0});
 }
 
 TEST_CASE("elementwise: misuse raises heed::Error naming the op") {

@@ -4,8 +4,9 @@
 # against the CPU emulator in kernels/cuda/emulation: one fiber per CUDA thread, real
 # __syncthreads barriers, poisoned and access-protected device memory), then runs the
 # CUDA-vs-CPU suite (ctest -R test_cuda) and the CUDA-tensor collectives of heed::dist (2
-# ranks over Gloo, staged through the host) and the op harness (ctest -R test_backend_ops: every
-# gradient-check case on the device against the CPU), and prints how long each part took.
+# ranks over Gloo, staged through the host) and the op harness (test_backend_ops: every
+# gradient-check case on the device against the CPU, run from the test binary), and prints how
+# long each part took.
 #
 # The test binary links every tests/test_*.cpp, some of which use example and tool code, so
 # examples and tools stay configured; only the heed_tests target (and what it needs) is built.
@@ -77,5 +78,5 @@ set -e
 }
 end=$(date +%s)
 
-echo "ci_cuda_emulation: build $((built - start)) s, test_cuda $((done_at - built)) s," \
+echo "ci_cuda_emulation: build $((built - start)) s, test_cuda + test_backend_ops + dist $((done_at - built)) s," \
   "skip check $((end - done_at)) s, total $((end - start)) s"

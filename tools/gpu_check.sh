@@ -61,7 +61,7 @@ if "$build_dir/tests/heed_tests" --source-file='*test_cuda.cpp' --test-case='cud
   tests_rc=1
 fi
 rm -f "$log"
-summary+=("$(printf '%-44s %-6s %5ss' 'ctest -R test_cuda' "$([ $tests_rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)))")
+summary+=("$(printf '%-44s %-6s %5ss' 'ctest -R test_cuda, test_backend_ops' "$([ $tests_rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)))")
 [ $tests_rc = 0 ] || status=1
 
 # ---- 2. heed vs torch SDPA ------------------------------------------------------------------

@@ -52,9 +52,12 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double alpha, const char* name) {
     HEED_CHECK(dtype == kBool, name, "expects a bool tensor, got {}", dtype_name(dtype));
   } else {
     HEED_CHECK(dtype != kBool, name, "arithmetic on a bool tensor is not supported (shape {})", shape_str(x.shape()));
-    // Integers stay integers where the result is exact (PyTorch promotes the rest to float).
-    const bool integer_ok = domain == kernels::OpDomain::Numeric ||
-                            (domain == kernels::OpDomain::NumericIntegralArg && alpha == std::floor(alpha));
+    // Integers stay integers where the result is exact (PyTorch promotes the rest to float):
+    // the scalar must be a finite integer the dtype holds (inf, 1e10 on int32: float32).
+    const double dtype_limit = dtype == kInt32 ? 2147483647.0 : 9223372036854774784.0;  // < 2^63
+    const bool integral_alpha = std::isfinite(alpha) && alpha == std::floor(alpha) && std::fabs(alpha) <= dtype_limit;
+    const bool integer_ok =
+        domain == kernels::OpDomain::Numeric || (domain == kernels::OpDomain::NumericIntegralArg && integral_alpha);
     if (!is_floating(dtype) && !integer_ok) dtype = kFloat32;
   }
   const Tensor src = (dtype == x.dtype() ? x.detach() : x.detach().to(dtype)).contiguous();
@@ -189,14 +192,17 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 
 namespace {
 
-// A unary row's grad_in from g and what the row saved (unary_backward kernel), in the dtype
-// the row computed in, then converted back to the input's dtype.
+// A unary row's grad_in from g and what the row saved (unary_backward kernel), computed in the
+// wider of g's and the saved tensor's dtypes (a float32 gradient reaching a float16 node is not
+// rounded to float16 first), then converted to the input's dtype.
 Tensor unary_row_backward(UnaryOp op, const Tensor& g, const Tensor& saved, double alpha, DType in_dtype) {
-  const DType dtype = saved.defined() ? saved.dtype() : g.dtype();
+  const DType dtype = saved.defined() ? promote_types(g.dtype(), saved.dtype()) : g.dtype();
   const Tensor grad = (g.dtype() == dtype ? g : g.to(dtype)).contiguous();
+  const Tensor saved_value =
+      !saved.defined() ? Tensor() : (saved.dtype() == dtype ? saved : saved.to(dtype)).contiguous();
   Tensor grad_in = detail::make_empty(grad.shape(), dtype, grad.device());
   if (grad_in.numel() > 0) HEED_KERNEL(grad.device(), unary_backward)
-  (op, dtype, grad.raw_data(), saved.defined() ? saved.contiguous().raw_data() : nullptr, grad_in.raw_data(),
+  (op, dtype, grad.raw_data(), saved_value.defined() ? saved_value.raw_data() : nullptr, grad_in.raw_data(),
    grad_in.numel(), alpha);
   return grad_in.dtype() == in_dtype ? grad_in : grad_in.to(in_dtype);
 }
