@@ -62,7 +62,10 @@ constexpr OpDomain unary_domain(UnaryOp op) { return kUnaryOpDomains[static_cast
 constexpr OpGrad unary_grad(UnaryOp op) { return kUnaryOpGrads[static_cast<int>(op)]; }
 constexpr const char* binary_op_name(BinaryOp op) { return kBinaryOpNames[static_cast<int>(op)]; }
 constexpr OpDomain binary_domain(BinaryOp op) { return kBinaryOpDomains[static_cast<int>(op)]; }
-constexpr bool is_comparison(BinaryOp op) { return binary_domain(op) == OpDomain::Comparison; }
+// True for the rows that write bool (comparisons, logical and/or).
+constexpr bool binary_gives_bool(BinaryOp op) {
+  return binary_domain(op) == OpDomain::Comparison || binary_domain(op) == OpDomain::Bool;
+}
 
 enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Count };
 

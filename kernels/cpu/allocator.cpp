@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cpu_kernels.h"
-#include "heed/error.h"
 #include "heed/allocator_stats.h"
+#include "heed/error.h"
 
 namespace heed {
 

@@ -34,7 +34,6 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 
-
 #if defined(HEED_CUDA_EMULATION)
 #define HEED_LAUNCH(grid, block, shared_bytes, ...) \
   ::heed_emu::Launcher((grid), (block), (shared_bytes), #__VA_ARGS__).bind(__VA_ARGS__)

@@ -108,11 +108,6 @@ bool binary_defined(BinaryOp op, DType dtype) {
   return defined;
 }
 
-// True for the rows that write bool (comparisons, logical and/or).
-constexpr bool binary_gives_bool(BinaryOp op) {
-  return binary_domain(op) == OpDomain::Comparison || binary_domain(op) == OpDomain::Bool;
-}
-
 template <typename T, typename Out>
 __device__ Out apply_binary(BinaryOp op, compute_t<T> x, compute_t<T> y) {
   using C = compute_t<T>;

@@ -36,8 +36,7 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* nam
   const Dims out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   const Tensor A = a.dtype() == dtype ? a : a.detach().to(dtype);
   const Tensor B = b.dtype() == dtype ? b : b.detach().to(dtype);
-  const bool gives_bool = domain == kernels::OpDomain::Comparison || domain == kernels::OpDomain::Bool;
-  const DType out_dtype = gives_bool ? kBool : dtype;
+  const DType out_dtype = kernels::binary_gives_bool(op) ? kBool : dtype;
   Tensor out = make_empty(out_shape, out_dtype, a.device());
   if (out.numel() > 0)
     HEED_KERNEL(a.device(), binary)(op, broadcast_view(A, out_shape), broadcast_view(B, out_shape), view_of(out));
