@@ -147,13 +147,14 @@ int run(const Options& o) {
   // the DONE marker makes a checkpoint count; the other ranks write their logs under
   // <out-dir>/rank<K>.
   std::shared_ptr<dist::ProcessGroup> group;
-  if (const char* world = std::getenv("HEED_WORLD_SIZE"); world && std::string(world) != "1") {
-    group = dist::init_process_group_from_env();
-    cli::check_usage(o.batch % group->world_size() == 0, "--batch {} must be divisible by the number of ranks {}",
-                     o.batch, group->world_size());
+  // Every flag is checked before joining the group: each rank then rejects it alike and none
+  // waits in the rendezvous for a rank that already left.
+  if (const int world = dist::world_size_from_env(); world > 1) {
+    cli::check_usage(o.batch % world == 0, "--batch {} must be divisible by the number of ranks {}", o.batch, world);
     cli::check_usage(device == kCPU, "several processes train on the CPU only (NCCL: not yet)");
     cli::check_usage(!o.sample_only,
                      "--sample-only runs in one process: pass --checkpoint <dir>/step_<N>/model.ckpt without heed-run");
+    group = dist::init_process_group_from_env();
   }
   const int rank = group ? group->rank() : 0;
   const int64_t rank_batch = group ? o.batch / group->world_size() : o.batch;

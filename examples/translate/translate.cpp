@@ -97,12 +97,12 @@ int run(const Options& o) {
   cli::check_usage(o.d_model % o.heads == 0, "--d-model {} must be divisible by --heads {}", o.d_model, o.heads);
   // Several processes (heed-run --nproc N -- translate ...): DDP over a process group.
   std::shared_ptr<dist::ProcessGroup> group;
-  if (const char* world = std::getenv("HEED_WORLD_SIZE");
-      world && std::string(world) != "1" && o.translate_text.empty()) {
-    group = dist::init_process_group_from_env();
-    cli::check_usage(o.batch_size % group->world_size() == 0,
-                     "--batch-size {} must be divisible by the number of ranks {}", o.batch_size, group->world_size());
+  // Flags are checked before joining the group, so every rank rejects them alike.
+  if (const int world = dist::world_size_from_env(); world > 1 && o.translate_text.empty()) {
+    cli::check_usage(o.batch_size % world == 0, "--batch-size {} must be divisible by the number of ranks {}",
+                     o.batch_size, world);
     cli::check_usage(device == kCPU, "several processes train on the CPU only (NCCL: not yet)");
+    group = dist::init_process_group_from_env();
   }
   const int rank = group ? group->rank() : 0;
   const std::string out_dir = rank == 0 ? o.out_dir : o.out_dir + "/rank" + std::to_string(rank);

@@ -114,6 +114,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options);
 // (gloo or nccl) (as set by heed-run).
 // Without HEED_WORLD_SIZE: a 1-rank group needing no store.
 std::shared_ptr<ProcessGroup> init_process_group_from_env();
+// HEED_WORLD_SIZE (1 when unset), read without joining a group: programs validate their
+// arguments against it BEFORE init_process_group_from_env, so every rank rejects a bad flag the
+// same way instead of one rank leaving while the others wait in the rendezvous.
+int world_size_from_env();
 
 // For amp::GradScalerOptions::found_inf_agreement: all_reduce max of the flag over `group`.
 std::function<bool(bool)> found_inf_agreement(std::shared_ptr<ProcessGroup> group);

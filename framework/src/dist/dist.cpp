@@ -97,9 +97,11 @@ int64_t env_int(const char* name, int64_t fallback, int64_t min, int64_t max) {
 
 }  // namespace
 
+int world_size_from_env() { return static_cast<int>(env_int("HEED_WORLD_SIZE", 1, 1, 1 << 20)); }
+
 std::shared_ptr<ProcessGroup> init_process_group_from_env() {
   InitOptions options;
-  options.world_size = static_cast<int>(env_int("HEED_WORLD_SIZE", 1, 1, 1 << 20));
+  options.world_size = world_size_from_env();
   options.rank = static_cast<int>(env_int("HEED_RANK", 0, 0, options.world_size - 1));
   options.store_path = env_or("HEED_STORE_PATH", "");
   options.master_addr = env_or("HEED_MASTER_ADDR", options.master_addr);
