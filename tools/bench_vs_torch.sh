@@ -1,16 +1,39 @@
 #!/usr/bin/env bash
-# tools/bench_vs_torch.sh — runs each benchmark case for heed and for the PyTorch reference
-# (../shared/bench/torch_ref.py, Debian's python3-torch) alternately in one run, and prints
-# the median of each side and the ratio PyTorch / heed (> 1: heed is faster).
+# tools/bench_vs_torch.sh — heed against the PyTorch reference (../shared/bench/torch_ref.py,
+# Debian's python3-torch), side by side in one run, with both of OpenBLAS's kernel sets.
 #
-# Usage: tools/bench_vs_torch.sh [ROUNDS] (default 3)
-# Environment: HEED_BENCH (default build/release/tools/heed-bench), TORCH_REF
-# (default ../shared/bench/torch_ref.py next to the repository), PYTHON (default /usr/bin/python3).
+# For each kernel set (the one OpenBLAS picks on this CPU, then the other: the fast set named by
+# heed's hint when the default is generic, or the generic Prescott set when the default is fast)
+# and each case, heed-bench and torch_ref.py run alternately ROUNDS times with the same flags and
+# the same OPENBLAS_CORETYPE; the medians, the ratio PyTorch / heed (> 1: heed is faster) and
+# heed's whole-step FLOP rate against the sgemm ceiling measured in the same process go into a
+# markdown table headed by the CPU model, the BLAS and each kernel set's ceiling.
+#
+# Usage: tools/bench_vs_torch.sh [ROUNDS] (default 3) [--charlm] [--out FILE]
+#   --charlm   also time charlm against ../shared/bench/torch_charlm.py (the nanoGPT CPU
+#              recipe; CHARLM_ITERS iterations, default 2000, one round: minutes per side)
+#   --out FILE write the table to FILE as well (default: stdout only)
+# Environment: HEED_BENCH (default build/release/tools/heed-bench), HEED_CHARLM (default
+# build/release/examples/charlm), TORCH_REF, TORCH_CHARLM, DATA (tinyshakespeare.txt),
+# PYTHON (default /usr/bin/python3), KERNEL_SETS (e.g. "default SkylakeX" to choose them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-3}
+rounds=3 charlm=0 out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --charlm) charlm=1 ;;
+    --out) out="$2"; shift ;;
+    [0-9]*) rounds="$1" ;;
+    *) echo "usage: tools/bench_vs_torch.sh [ROUNDS] [--charlm] [--out FILE]" >&2; exit 2 ;;
+  esac
+  shift
+done
 heed_bench=${HEED_BENCH:-build/release/tools/heed-bench}
+heed_charlm=${HEED_CHARLM:-build/release/examples/charlm}
 torch_ref=${TORCH_REF:-../shared/bench/torch_ref.py}
+torch_charlm=${TORCH_CHARLM:-../shared/bench/torch_charlm.py}
+data=${DATA:-../shared/data/tinyshakespeare.txt}
+charlm_iters=${CHARLM_ITERS:-2000}
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$heed_bench" ] || { echo "build heed first (./build.sh build): $heed_bench not found" >&2; exit 1; }
 [ -f "$torch_ref" ] || { echo "PyTorch reference not found: $torch_ref" >&2; exit 1; }
@@ -18,19 +41,68 @@ python=${PYTHON:-/usr/bin/python3}
 
 cases=(
   "lm --vocab 256 --d 256 --heads 4 --layers 4 --seq 128 --batch 16 --steps 10 --warmup 3 --threads 2"
+  "lm --vocab 256 --d 512 --heads 8 --layers 2 --seq 256 --batch 8 --steps 10 --warmup 3 --threads 2"
   "attn --batch 4 --heads 8 --d 512 --seq 1024 --steps 5 --warmup 1 --threads 2"
+  "attn --batch 2 --heads 4 --d 512 --seq 2048 --steps 3 --warmup 1 --threads 2"
 )
-field() { "$python" -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+field() { "$python" -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { "$python" -c "print(f'{$1 / $2:.2f}')"; }
 
-printf "%-70s %12s %12s %8s\n" "case" "heed ms" "torch ms" "ratio"
-for args in "${cases[@]}"; do
-  heed_times=() torch_times=()
-  for ((r = 0; r < rounds; r++)); do
-    heed_times+=("$("$heed_bench" $args | field ms_per_step)")
-    torch_times+=("$(OMP_NUM_THREADS=2 "$python" "$torch_ref" $args | field ms_per_step)")
+# The kernel sets: OpenBLAS's own choice, then the other one.
+info=$("$heed_bench" matmul --d 256 --m 256 --n 256 --k 256 --steps 1 --warmup 0)
+default_core=$(echo "$info" | field blas_core)
+cpu=$(echo "$info" | field cpu)
+blas=$(echo "$info" | field blas)
+if [ -z "${KERNEL_SETS:-}" ]; then
+  case "$(echo "$default_core" | tr 'A-Z' 'a-z')" in
+    haswell | zen | skylakex | cooperlake | sapphirerapids) KERNEL_SETS="default Prescott" ;;
+    *)
+      if grep -q avx512f /proc/cpuinfo; then KERNEL_SETS="default SkylakeX"
+      elif grep -q AuthenticAMD /proc/cpuinfo; then KERNEL_SETS="default Zen"
+      else KERNEL_SETS="default Haswell"; fi ;;
+  esac
+fi
+
+rows=()
+ceilings=()
+for set in $KERNEL_SETS; do
+  if [ "$set" = default ]; then env_set=(); label="$default_core (default)"; else env_set=(OPENBLAS_CORETYPE="$set"); label="$set (OPENBLAS_CORETYPE)"; fi
+  ceiling=""
+  for args in "${cases[@]}"; do
+    heed_times=() torch_times=() heed_gflops=()
+    for ((r = 0; r < rounds; r++)); do
+      json=$(env "${env_set[@]}" HEED_BLAS_WARNING=0 "$heed_bench" $args)
+      heed_times+=("$(echo "$json" | field ms_per_step)")
+      heed_gflops+=("$(echo "$json" | field gflops)")
+      ceiling=$(echo "$json" | field sgemm_ceiling_gflops)
+      torch_times+=("$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_ref" $args | field ms_per_step)")
+    done
+    h=$(printf "%s\n" "${heed_times[@]}" | median)
+    t=$(printf "%s\n" "${torch_times[@]}" | median)
+    g=$(printf "%s\n" "${heed_gflops[@]}" | median)
+    share=$("$python" -c "print(f'{100 * $g / $ceiling:.0f}%')")
+    rows+=("| $label | \`${args%% --steps*}\` | $h | $t | **$(ratio "$t" "$h")x** | $g ($share) |")
+    echo "done: $label $args" >&2
   done
-  h=$(printf "%s\n" "${heed_times[@]}" | median)
-  t=$(printf "%s\n" "${torch_times[@]}" | median)
-  printf "%-70s %12.1f %12.1f %7.2fx\n" "$args" "$h" "$t" "$("$python" -c "print($t / $h)")"
+  ceilings+=("$label: sgemm 1024^3 ceiling $ceiling GFLOP/s")
+  if [ "$charlm" = 1 ]; then
+    [ -x "$heed_charlm" ] && [ -f "$torch_charlm" ] && [ -f "$data" ] || { echo "charlm, torch_charlm.py or data missing" >&2; exit 1; }
+    h_line=$(env "${env_set[@]}" HEED_BLAS_WARNING=0 "$heed_charlm" --data "$data" --iters "$charlm_iters" --threads 2 --sample-tokens 0 --out-dir /tmp/bench_vs_torch_charlm | grep "training wall time")
+    h_ms=$(echo "$h_line" | sed -E 's/.*, ([0-9.]+) ms\/iter.*/\1/')
+    h_val=$(echo "$h_line" | sed -E 's/.*final validation loss ([0-9.]+).*/\1/')
+    t_json=$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_charlm" "$data" "$charlm_iters")
+    t_ms=$(echo "$t_json" | field ms_per_iter)
+    t_val=$(echo "$t_json" | field val_loss)
+    rows+=("| $label | charlm, nanoGPT CPU recipe, $charlm_iters iters (val loss heed $h_val, PyTorch $(printf %.4f "$t_val")) | $h_ms | $t_ms | **$(ratio "$t_ms" "$h_ms")x** | |")
+  fi
 done
+
+{
+  echo "Machine: $cpu, 2 threads; $blas. $(IFS=';'; echo "${ceilings[*]}")."
+  echo "Medians of $rounds rounds, heed and PyTorch alternately (tools/bench_vs_torch.sh)."
+  echo
+  echo "| BLAS kernels | case | heed ms | PyTorch ms | PyTorch / heed | heed GFLOP/s (of ceiling) |"
+  echo "| --- | --- | --- | --- | --- | --- |"
+  printf "%s\n" "${rows[@]}"
+} | tee ${out:+"$out"}

@@ -1,7 +1,12 @@
 // tools/heed_bench.cpp — heed-bench: the benchmark cases of ../shared/bench/torch_ref.py with
 // the same flags and the same work, plus matmul, op-overhead and attention-memory cases.
 // Prints one JSON line per case in the reference's format (case, ms_per_step, tokens_per_s,
-// peak_rss_mb) plus achieved GFLOP/s from the FLOP model below.
+// peak_rss_mb) plus achieved GFLOP/s from the FLOP model below, and the machine it ran on: CPU
+// model, OpenBLAS kernel set (blas_core) and the measured sgemm ceiling at 1024^3 with the same
+// threads (sgemm_ceiling_gflops), so a figure is never quoted without what it is relative to.
+// --profile FILE (lm, attn): after the timed steps, the same number of steps again under
+// heed::profile::Profiler; writes the Chrome trace to FILE, the top-15 table to stderr, and
+// adds the profiled time per step and the spans' coverage to the JSON line.
 //
 // FLOP model (multiply-add = 2 FLOPs; what PyTorch's composed path computes, so both sides
 // are credited with the same work):
@@ -59,7 +64,41 @@ struct Options {
   int64_t vocab = 256, d = 256, heads = 4, layers = 4, seq = 128, batch = 16, steps = 10, warmup = 3, threads = 2;
   int64_t m = 1024, n = 1024, k = 1024;
   std::string device = "cpu";  // lm and attn: cpu or cuda
+  std::string profile_path;    // lm and attn: Chrome trace of extra profiled steps
 };
+
+// `, "cpu": ..., "blas_core": ..., "sgemm_ceiling_gflops": ...` for the JSON line.
+std::string machine_fields() {
+  const BlasInfo info = blas_info();
+  const double ceiling = measure_sgemm_gflops(1024, 3);
+  std::string cpu;
+  for (const char c : info.cpu_model)
+    if (c != '"' && c != '\\') cpu += c;
+  char buffer[512];
+  std::snprintf(buffer, sizeof buffer,
+                ", \"cpu\": \"%s\", \"blas\": \"%s\", \"blas_core\": \"%s\", \"threads\": %d, "
+                "\"sgemm_ceiling_gflops\": %.1f",
+                cpu.c_str(), info.library.c_str(), info.core.c_str(), info.threads, ceiling);
+  return buffer;
+}
+
+// Runs `steps` more steps under the profiler; writes the trace and the table; returns the JSON
+// fields (profiled ms per step and coverage), or "" without --profile.
+template <typename Step>
+std::string profile_steps(const Options& o, Step&& step) {
+  if (o.profile_path.empty()) return {};
+  profile::Profiler profiler;
+  for (int64_t i = 0; i < o.steps; ++i) step();
+  profiler.stop();
+  profiler.write_chrome_trace(o.profile_path);
+  std::fprintf(stderr, "%s", profiler.table(15).c_str());
+  std::fprintf(stderr, "heed-bench: Chrome trace of %lld profiled steps written to %s\n",
+               static_cast<long long>(o.steps), o.profile_path.c_str());
+  char buffer[160];
+  std::snprintf(buffer, sizeof buffer, ", \"profiled_ms_per_step\": %.2f, \"profile_coverage\": %.3f",
+                profiler.wall_ms() / static_cast<double>(o.steps), profiler.coverage());
+  return buffer;
+}
 
 // Waits for queued device work, so that a timed region ends when its work does.
 void wait_for(Device device) {
@@ -97,16 +136,17 @@ int lm_case(const Options& o) {
     times.push_back(now_seconds() - t0);
   }
   const double ms = median(times) * 1e3;
+  const std::string profiled = profile_steps(o, step);
   const double C = static_cast<double>(o.d), L = static_cast<double>(o.layers), V = static_cast<double>(o.vocab),
                BT = static_cast<double>(o.batch * o.seq), T = static_cast<double>(o.seq);
   const double n_params = L * (12.0 * C * C) + C * V;
   const double flops = 6.0 * n_params * BT + 6.0 * 2.0 * L * BT * T * C;
   std::printf(
       "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
-      "\"gflops\": %.1f, \"peak_rss_mb\": %ld}\n",
+      "\"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s}\n",
       static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
       static_cast<long long>(o.seq), static_cast<long long>(o.batch), ms, BT / ms * 1e3, flops / ms / 1e6,
-      peak_rss_kb() / 1024);
+      peak_rss_kb() / 1024, profiled.c_str(), machine_fields().c_str());
   return 0;
 }
 
@@ -137,13 +177,15 @@ int attn_case(const Options& o) {
   }
   const long peak_kb = peak_reset ? status_kb("VmHWM:") : peak_rss_kb();
   const double ms = median(times) * 1e3;
+  const std::string profiled = profile_steps(o, step);
   const double flops =
       3.0 * 4.0 * static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(D);
   std::printf(
       "{\"case\": \"attn B%lld H%lld T%lld D%lld causal fwd+bwd\", \"ms_per_step\": %.2f, \"gflops\": %.1f, "
-      "\"peak_rss_mb\": %ld, \"added_rss_mb\": %.1f}\n",
+      "\"peak_rss_mb\": %ld, \"added_rss_mb\": %.1f%s%s}\n",
       static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D), ms,
-      flops / ms / 1e6, peak_rss_kb() / 1024, static_cast<double>(peak_kb - rss_before_kb) / 1024.0);
+      flops / ms / 1e6, peak_rss_kb() / 1024, static_cast<double>(peak_kb - rss_before_kb) / 1024.0, profiled.c_str(),
+      machine_fields().c_str());
   return 0;
 }
 
@@ -169,9 +211,9 @@ int matmul_case(const Options& o) {
   }
   std::printf(
       "{\"case\": \"matmul %lldx%lldx%lld\", \"ms_per_step\": %.3f, \"gflops\": %.1f, \"openblas_ms\": %.3f, "
-      "\"openblas_gflops\": %.1f}\n",
+      "\"openblas_gflops\": %.1f%s}\n",
       static_cast<long long>(o.m), static_cast<long long>(o.k), static_cast<long long>(o.n), median(ours) * 1e3,
-      flops / median(ours) / 1e9, median(direct) * 1e3, flops / median(direct) / 1e9);
+      flops / median(ours) / 1e9, median(direct) * 1e3, flops / median(direct) / 1e9, machine_fields().c_str());
   return 0;
 }
 
@@ -197,8 +239,8 @@ int overhead_case(const Options& o) {
     }
     if (round >= o.warmup) per_op_grad.push_back((now_seconds() - t0) / static_cast<double>(reps));
   }
-  std::printf("{\"case\": \"op-overhead add 1 element\", \"ns_per_op\": %.0f, \"ns_per_op_recording_grad\": %.0f}\n",
-              median(per_op) * 1e9, median(per_op_grad) * 1e9);
+  std::printf("{\"case\": \"op-overhead add 1 element\", \"ns_per_op\": %.0f, \"ns_per_op_recording_grad\": %.0f%s}\n",
+              median(per_op) * 1e9, median(per_op_grad) * 1e9, machine_fields().c_str());
   return 0;
 }
 
@@ -221,6 +263,8 @@ int main(int argc, char** argv) {
   args.add_int("warmup", &o.warmup, "untimed warm-up steps", 0, 1000000);
   args.add_int("threads", &o.threads, "threads", 1, 1024);
   args.add_string("device", &o.device, "cpu or cuda (lm, attn)");
+  args.add_string("profile", &o.profile_path,
+                  "FILE: profile --steps more steps (lm, attn), write a Chrome trace to FILE, print the top ops");
   args.add_int("m", &o.m, "rows of A (matmul)", 1, 1 << 20);
   args.add_int("n", &o.n, "columns of B (matmul)", 1, 1 << 20);
   args.add_int("k", &o.k, "inner dimension (matmul)", 1, 1 << 20);

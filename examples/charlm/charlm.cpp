@@ -16,6 +16,7 @@
 
 #include "dataset.h"
 #include "main_guard.h"
+#include "step_profiler.h"
 
 #include <chrono>
 #include <cmath>
@@ -43,6 +44,8 @@ struct Options {
   double lr = 1e-3, min_lr = 1e-4, beta2 = 0.99, weight_decay = 0.1, clip = 1.0, dropout = 0.0, temperature = 0.8;
   std::string attn_scale = "sqrt_dk";
   std::string dist_overlap = "on";  // under heed-run: reduce gradient buckets during backward
+  std::string profile;              // Chrome trace of a few training steps
+  int64_t profile_steps = 5;
   bool resume = false, sample_only = false;
 };
 
@@ -272,7 +275,10 @@ int run(const Options& o) {
   double loss_window = 0;
   int64_t window = 0, skipped_steps = 0, saves = 0;
   double save_seconds = 0;  // wall time of the collective checkpoint saves (several processes)
+  examples::StepProfiler step_profiler(rank == 0 ? o.profile : std::string(), start, o.iters - 1, o.profile_steps,
+                                       "charlm");
   for (int64_t it = start; it < o.iters; ++it) {
+    std::optional<profile::Scope> step_span = step_profiler.begin_step(it);
     const double t0 = now_seconds();
     model.train();
     const double lr = lr_at(it);
@@ -296,6 +302,8 @@ int run(const Options& o) {
     scaler.update();
     const double value = loss.item<double>();
     train_seconds += now_seconds() - t0;
+    step_span.reset();
+    step_profiler.end_step(it);
     loss_window += value;
     ++window;
     const int64_t done = it + 1;
@@ -470,5 +478,9 @@ int main(int argc, char** argv) {
   args.add_string("amp", &o.amp, "mixed-precision training (fp16 with loss scaling; evaluation stays float32)",
                   {"none", "fp16", "bf16"});
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
+  args.add_string("profile", &o.profile,
+                  "FILE: profile --profile-steps training steps (after the first), write their Chrome trace to FILE "
+                  "and print the top ops");
+  args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
   return examples::parse_and_run(args, "charlm", argc, argv, [&] { return run(o); });
 }

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "main_guard.h"
+#include "step_profiler.h"
 #include "task.h"
 
 using namespace heed;
@@ -35,6 +36,8 @@ struct Options {
   double length_penalty = 0.6;
   std::string attn_scale = "sqrt_dk", device = "cpu", amp = "none", out_dir = "translate_out", checkpoint,
               translate_text;
+  std::string profile;  // Chrome trace of a few training steps
+  int64_t profile_steps = 5;
   bool resume = false;
 };
 
@@ -225,9 +228,14 @@ int run(const Options& o) {
   double tokens_seen = 0, loss_window = 0;
   int64_t window_steps = 0, skipped_steps = 0;
   double train_seconds = 0;
+  examples::StepProfiler step_profiler(rank == 0 ? o.profile : std::string(), start_step + 1, o.steps, o.profile_steps,
+                                       "translate");
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
+    std::optional<profile::Scope> step_span = step_profiler.begin_step(step);
     const translate::Trainer::StepResult r =
         trainer.step([&] { dist::kill_point_for_tests(rank, step); });  // HEED_TEST_KILL_AT (crash tests)
+    step_span.reset();
+    step_profiler.end_step(step);
     const double loss_value = r.loss, norm = r.grad_norm;
     tokens_seen += static_cast<double>(r.target_tokens);
     loss_window += loss_value;
@@ -382,6 +390,10 @@ int main(int argc, char** argv) {
   args.add_flag("resume", &o.resume, "continue training from the checkpoint");
   args.add_string("translate", &o.translate_text, "translate this German text with the checkpoint and exit");
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
+  args.add_string("profile", &o.profile,
+                  "FILE: profile --profile-steps training steps (after the first), write their Chrome trace to FILE "
+                  "and print the top ops");
+  args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
   args.add_int("train-size", &o.train_size, "training pairs to generate", 100, 10000000);
   args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
   args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);

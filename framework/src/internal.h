@@ -9,6 +9,7 @@
 #include "heed/autograd.h"
 #include "heed/ops.h"
 #include "kernels/kernels.h"
+#include "kernels/trace.h"
 
 namespace heed::detail {
 
@@ -122,6 +123,27 @@ inline void record(OpName op, std::initializer_list<const Tensor*> inputs, Tenso
 inline void record(OpName op, const std::vector<const Tensor*>& inputs, Tensor& output, Node::BackwardFn backward) {
   record_op(op.c_str(), inputs, output, std::move(backward));
 }
+
+// The profiler's span around one op's forward (heed/profile.h): HEED_PROFILE_OP("matmul", &a, &b)
+// as the first statement of a public op. Off, it costs one relaxed atomic load.
+class OpSpan {
+ public:
+  OpSpan(const char* name, std::initializer_list<const Tensor*> inputs) {
+    if (kernels::trace::active()) [[unlikely]]
+      open(name, inputs);
+  }
+  ~OpSpan() {
+    if (open_) close();
+  }
+  OpSpan(const OpSpan&) = delete;
+  OpSpan& operator=(const OpSpan&) = delete;
+
+ private:
+  void open(const char* name, std::initializer_list<const Tensor*> inputs);
+  void close();
+  bool open_ = false;
+};
+#define HEED_PROFILE_OP(name, ...) const ::heed::detail::OpSpan heed_op_span_(name, {__VA_ARGS__})
 
 }  // namespace heed::detail
 

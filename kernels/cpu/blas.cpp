@@ -1,9 +1,23 @@
 // kernels/cpu/blas.cpp — gemm on OpenBLAS (the OpenMP build, sharing heed's thread pool).
 //
+// On the first gemm, when OpenBLAS picked one of its generic (pre-AVX2) kernel sets on a CPU
+// with AVX2 or AVX-512 (Debian 12's OpenBLAS 0.3.21 does so on CPUs newer than itself), heed
+// measures what sgemm reaches and says once on stderr which OPENBLAS_CORETYPE selects the fast
+// kernels the library already contains. HEED_BLAS_WARNING=0 silences it.
+//
 // Invariants: operands are passed with transpose flags and leading dimensions, never
 // copied here. OpenBLAS itself always runs single-threaded (blas_call.h); heed parallelises
 // by splitting C into blocks whose sizes depend on the problem shape only, one
 // single-threaded gemm per block, so the result is bit-identical for every thread count.
+#include <strings.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
 #include "blas_call.h"
 #include "cpu_common.h"
 #include "cpu_kernels.h"
@@ -87,7 +101,65 @@ void gemm_typed(const GemmArgs& g) {
 }
 }  // namespace
 
+BlasLibrary blas_library() {
+  BlasLibrary info;
+  info.config = openblas_get_config();
+  info.core = openblas_get_corename();
+  info.parallel = openblas_get_parallel();
+  return info;
+}
+
+const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd) {
+  if (!cpu_avx2 && !cpu_avx512) return "";
+  // OpenBLAS 0.3.21's kernel sets that use AVX2 (or AVX-512) FMA for sgemm.
+  for (const char* fast : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
+    if (strcasecmp(core, fast) == 0) return "";
+  if (cpu_avx512) return "SkylakeX";
+  return cpu_amd ? "Zen" : "Haswell";
+}
+
+double measure_sgemm_gflops(int64_t d, int repeats) {
+  const size_t n = static_cast<size_t>(d * d);
+  std::vector<float> a(n, 1.0f), b(n, 0.5f), c(n, 0.0f);
+  GemmArgs g;
+  g.m = g.n = g.k = d;
+  g.a = a.data();
+  g.b = b.data();
+  g.c = c.data();
+  g.lda = g.ldb = g.ldc = d;
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    gemm_typed<float>(g);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(d) * static_cast<double>(d) * static_cast<double>(d) /
+                              std::max(seconds, 1e-9) / 1e9);
+  }
+  return best;
+}
+
+namespace {
+void warn_if_generic_kernels() {
+  const char* setting = std::getenv("HEED_BLAS_WARNING");
+  if (setting && std::strcmp(setting, "0") == 0) return;
+  __builtin_cpu_init();
+  const BlasLibrary lib = blas_library();
+  const char* hint = openblas_coretype_hint(lib.core, __builtin_cpu_supports("avx2"), __builtin_cpu_supports("avx512f"),
+                                            __builtin_cpu_is("amd"));
+  if (!*hint) return;
+  const double gflops = measure_sgemm_gflops(256, 3);
+  std::fprintf(stderr,
+               "heed: OpenBLAS runs its generic '%s' kernels on this CPU, which has %s: sgemm reaches %.0f GFLOP/s "
+               "here, typically 3-5x below what the library's %s kernels do. Start the program with "
+               "OPENBLAS_CORETYPE=%s to use them (HEED_BLAS_WARNING=0 silences this message; see the README, "
+               "\"Which BLAS kernels run\").\n",
+               lib.core, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2", gflops, hint, hint);
+}
+}  // namespace
+
 void gemm(const GemmArgs& args) {
+  static std::once_flag checked_blas;
+  std::call_once(checked_blas, warn_if_generic_kernels);
   constexpr int64_t kMaxBlasInt = 2147483647;
   HEED_CHECK(args.m <= kMaxBlasInt && args.n <= kMaxBlasInt && args.k <= kMaxBlasInt, "gemm",
              "matrix sizes ({}, {}, {}) exceed the 32-bit BLAS interface", args.m, args.n, args.k);

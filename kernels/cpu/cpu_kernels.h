@@ -10,6 +10,20 @@ const KernelTable& kernel_table();
 // Sets heed's OpenMP threads (OpenBLAS stays single-threaded, see blas.cpp).
 void set_threads(int n);
 
+// What the BLAS library says about itself (OpenBLAS's openblas_get_* functions).
+struct BlasLibrary {
+  const char* config = "";  // e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64"
+  const char* core = "";    // the kernel set it chose for this CPU, e.g. "Zen", "SkylakeX", "Prescott"
+  int parallel = 0;         // 0 sequential, 1 pthreads, 2 OpenMP
+};
+BlasLibrary blas_library();
+// The OPENBLAS_CORETYPE value that selects the fast kernels when `core` is one of OpenBLAS's
+// kernel sets without AVX2 on a CPU that has AVX2 or AVX-512 ("" when nothing is lost).
+// A pure function of its inputs (tests call it with any combination).
+const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd);
+// sgemm GFLOP/s of one d x d x d product through the gemm kernel (best of `repeats`).
+double measure_sgemm_gflops(int64_t d, int repeats);
+
 // Every kernel of HEED_FOR_EACH_KERNEL (kernels.h), with the signature of its table entry;
 // defined in the kernels/cpu/*.cpp file of its group (global_norm in clip_norm.cpp).
 HEED_FOR_EACH_KERNEL(HEED_DECLARE_KERNEL_FUNCTION)

@@ -12,6 +12,7 @@
 #include "heed/autograd.h"
 
 #include <atomic>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -289,7 +290,14 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
           Tensor(retained->grad).add_(grad_out);
         }
       }
-      grads = node->apply(grad_out, retain_graph);
+      {
+        // The profiler's backward span (heed/profile.h): the node's name and its output shape.
+        std::optional<kernels::trace::Span> span;
+        if (kernels::trace::active()) [[unlikely]]
+          span.emplace(kernels::trace::Kind::Backward, node->name(), shape_str(node->output_shape()),
+                       std::string(dtype_name(node->output_dtype())));
+        grads = node->apply(grad_out, retain_graph);
+      }
       if (anomaly_detection_enabled()) [[unlikely]]
         detail::anomaly_check_backward(*node, grad_out, grads);
       if (g_backward_observer) g_backward_observer(*node, grad_out, grads);

@@ -284,6 +284,7 @@ Tensor copy_to(const Tensor& src, DType dtype, Device device) {
 }  // namespace
 
 Tensor Tensor::to(DType dtype) const {
+  HEED_PROFILE_OP("to_dtype", this);
   detail::check_defined(*this, "to", "tensor");
   if (dtype == this->dtype()) return *this;
   Tensor out = copy_to(*this, dtype, device());
@@ -297,6 +298,7 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 Tensor Tensor::to(Device device) const {
+  HEED_PROFILE_OP("to_device", this);
   detail::check_defined(*this, "to", "tensor");
   if (device == this->device()) return *this;
   Tensor out = copy_to(*this, dtype(), device);
@@ -308,6 +310,7 @@ Tensor Tensor::to(Device device) const {
 }
 
 Tensor Tensor::contiguous() const {
+  HEED_PROFILE_OP("contiguous", this);
   detail::check_defined(*this, "contiguous", "tensor");
   if (is_contiguous()) return *this;
   Tensor out = copy_to(*this, dtype(), device());
@@ -319,6 +322,7 @@ Tensor Tensor::contiguous() const {
 Tensor contiguous(const Tensor& x) { return x.contiguous(); }
 
 Tensor Tensor::clone() const {
+  HEED_PROFILE_OP("clone", this);
   detail::check_defined(*this, "clone", "tensor");
   Tensor out = copy_to(*this, dtype(), device());
   if (any_requires_grad({this}))
@@ -399,6 +403,7 @@ void write_back(Tensor& target, const Tensor& value) {
 
 namespace {
 Tensor& fill_named(Tensor& target, double value, const char* op) {
+  HEED_PROFILE_OP(op, &target);
   detail::prepare_inplace(target, op);
   if (target.numel() > 0) HEED_KERNEL(target.device(), fill)(detail::view_of(target), value);
   return target;
@@ -409,6 +414,7 @@ Tensor& Tensor::fill_(double value) { return fill_named(*this, value, "fill_"); 
 Tensor& Tensor::zero_() { return fill_named(*this, 0.0, "zero_"); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  HEED_PROFILE_OP("copy_", this, &src);
   detail::check_defined(*this, "copy_", "tensor");
   detail::check_defined(src, "copy_", "source");
   HEED_CHECK(src.dim() <= dim() && broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_",
@@ -428,6 +434,7 @@ namespace {
 // result without recording it, checks that it keeps the shape, bumps the version, writes back.
 template <typename Compute>
 Tensor& inplace_update(Tensor& target, const char* op, std::initializer_list<const Tensor*> others, Compute&& compute) {
+  HEED_PROFILE_OP(op, &target);
   detail::check_defined(target, op, "tensor");
   for (const Tensor* o : others) detail::check_defined(*o, op, "operand");
   Tensor result;

@@ -143,6 +143,7 @@ AttentionResult scaled_dot_product_attention_with_weights(const Tensor& q, const
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     double dropout_p, std::optional<double> scale, bool is_causal) {
+  HEED_PROFILE_OP("scaled_dot_product_attention", &q, &k, &v);
   // The fused kernel whenever the device has it and the shapes fit (O(T) memory); the
   // composed path otherwise, when the weights are wanted, or when the additive mask itself
   // needs a gradient (its gradient is a dense (T, S) tensor anyway).

@@ -90,6 +90,7 @@ struct InputInfo {
 // ---- binary arithmetic ----------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  HEED_PROFILE_OP("add", &a, &b);
   Tensor out = binary_raw(BinaryOp::Add, a, alpha == 1.0 ? b : unary_raw(UnaryOp::MulScalar, b, alpha, "add"), "add");
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
@@ -102,6 +103,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("sub", &a, &b);
   Tensor out = binary_raw(BinaryOp::Sub, a, b, "sub");
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
@@ -114,6 +116,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("mul", &a, &b);
   Tensor out = binary_raw(BinaryOp::Mul, a, b, "mul");
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
@@ -127,6 +130,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("div", &a, &b);
   Tensor out = binary_raw(BinaryOp::Div, a, b, "div");
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
@@ -142,6 +146,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& base, const Tensor& exponent) {
+  HEED_PROFILE_OP("pow", &base, &exponent);
   Tensor out = binary_raw(BinaryOp::Pow, base, exponent, "pow");
   if (any_requires_grad({&base, &exponent})) {
     InputInfo ia(base), ib(exponent);
@@ -163,6 +168,7 @@ Tensor pow(const Tensor& base, const Tensor& exponent) {
 
 namespace {
 Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  HEED_PROFILE_OP(name, &a, &b);
   Tensor out = binary_raw(op, a, b, name);
   if (any_requires_grad({&a, &b})) {
     InputInfo ia(a), ib(b);
@@ -209,6 +215,7 @@ Tensor unary_row_backward(UnaryOp op, const Tensor& g, const Tensor& saved, doub
 // Forward of the row `op` on x with scalar alpha, and its autograd record as the row says
 // (saves x, y or nothing; passthrough; not differentiable).
 Tensor unary_from_table(UnaryOp op, const Tensor& x, double alpha) {
+  HEED_PROFILE_OP(kernels::unary_op_name(op), &x);
   const char* name = kernels::unary_op_name(op);
   Tensor out = unary_raw(op, x, alpha, name);
   const kernels::OpGrad grad = kernels::unary_grad(op);
@@ -253,6 +260,7 @@ Tensor gelu(const Tensor& x, GeluApproximation approximation) {
 }
 
 Tensor clamp(const Tensor& x, double min_value, double max_value) {
+  HEED_PROFILE_OP("clamp", &x);
   HEED_CHECK(!(min_value > max_value), "clamp", "min {} is larger than max {}", min_value, max_value);
   Tensor out = unary_raw(UnaryOp::ClampMax, unary_raw(UnaryOp::ClampMin, x, min_value, "clamp"), max_value, "clamp");
   if (any_requires_grad({&x})) {
@@ -270,17 +278,42 @@ Tensor clamp(const Tensor& x, double min_value, double max_value) {
 
 // ---- comparisons and logic ------------------------------------------------------------------
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Lt, a, b, "lt"); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Le, a, b, "le"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Ge, a, b, "ge"); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("eq", &a, &b);
+  return binary_raw(BinaryOp::Eq, a, b, "eq");
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("ne", &a, &b);
+  return binary_raw(BinaryOp::Ne, a, b, "ne");
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("lt", &a, &b);
+  return binary_raw(BinaryOp::Lt, a, b, "lt");
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("le", &a, &b);
+  return binary_raw(BinaryOp::Le, a, b, "le");
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("gt", &a, &b);
+  return binary_raw(BinaryOp::Gt, a, b, "gt");
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("ge", &a, &b);
+  return binary_raw(BinaryOp::Ge, a, b, "ge");
+}
 Tensor logical_not(const Tensor& x) { return unary_from_table(UnaryOp::LogicalNot, x, 0.0); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalAnd, a, b, "logical_and"); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalOr, a, b, "logical_or"); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("logical_and", &a, &b);
+  return binary_raw(BinaryOp::LogicalAnd, a, b, "logical_and");
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("logical_or", &a, &b);
+  return binary_raw(BinaryOp::LogicalOr, a, b, "logical_or");
+}
 
 bool isfinite_all(const Tensor& x) {
+  HEED_PROFILE_OP("isfinite_all", &x);
   detail::check_defined(x, "isfinite_all");
   if (!is_floating(x.dtype()) || x.numel() == 0) return true;
   NoGradGuard no_grad;
@@ -304,6 +337,7 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
 // ---- where / masked_fill --------------------------------------------------------------------
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("where", &condition, &a, &b);
   detail::check_defined(condition, "where", "condition");
   detail::check_defined(a, "where");
   detail::check_defined(b, "where");
@@ -332,6 +366,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  HEED_PROFILE_OP("masked_fill", &x, &mask);
   detail::check_defined(x, "masked_fill");
   detail::check_defined(mask, "masked_fill", "mask");
   detail::check_same_device(x, mask, "masked_fill");

@@ -42,6 +42,7 @@ Tensor finish(Tensor t, const TensorOptions& options) {
 }
 
 Tensor full_named(const Dims& shape, double value, TensorOptions options, const char* op) {
+  HEED_PROFILE_OP(op);
   check_factory(shape, options, op);
   Tensor t = detail::make_empty(shape, options.dtype(), options.device());
   if (t.numel() > 0) HEED_KERNEL(t.device(), fill)(detail::view_of(t), value);
@@ -68,6 +69,7 @@ Tensor scalar_tensor(double value, TensorOptions options) { return full({}, valu
 Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
+  HEED_PROFILE_OP("arange");
   HEED_CHECK(step != 0.0 && std::isfinite(step), "arange", "step must be finite and non-zero, got {}", step);
   HEED_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "start and end must be finite");
   check_factory({}, options, "arange");
@@ -83,6 +85,7 @@ namespace {
 // `integers`: randint (an integer dtype, [a, b) integers); otherwise a floating dtype.
 Tensor random_tensor(Generator& gen, const Dims& shape, kernels::RandomKind kind, double a, double b,
                      TensorOptions options, const char* name, bool integers = false) {
+  HEED_PROFILE_OP(name);
   check_factory(shape, options, name);
   if (integers) {
     HEED_CHECK(is_integral(options.dtype()), name, "expects an integer dtype, got {}", dtype_name(options.dtype()));

@@ -229,11 +229,13 @@ Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor
 
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double dropout_p,
                        std::optional<double> scale, bool is_causal) {
+  HEED_PROFILE_OP("flash_attention", &q, &k, &v);
   return detail_flash::flash_attention_impl(q, k, v, mask, dropout_p, scale, is_causal, "flash_attention");
 }
 
 Tensor flash_attention_packed(const Tensor& qkv_in, int64_t heads, const AttentionMask& mask, double dropout_p,
                               std::optional<double> scale) {
+  HEED_PROFILE_OP("flash_attention_packed", &qkv_in);
   const char* name = "flash_attention_packed";
   detail::check_defined(qkv_in, name);
   detail::check_floating(qkv_in, name);

@@ -11,6 +11,7 @@
 namespace heed::F {
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  HEED_PROFILE_OP("layer_norm", &x, &weight);
   const char* name = "layer_norm";
   detail::check_defined(x, name);
   detail::check_floating(x, name);

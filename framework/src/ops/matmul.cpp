@@ -183,6 +183,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  HEED_PROFILE_OP("matmul", &a, &b);
   detail::check_defined(a, "matmul");
   detail::check_defined(b, "matmul");
   detail::check_same_device(a, b, "matmul");

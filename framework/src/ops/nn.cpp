@@ -20,6 +20,7 @@ namespace {
 
 // softmax or log_softmax along `dim`.
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
+  HEED_PROFILE_OP(name, &x);
   detail::check_defined(x, name);
   detail::check_floating(x, name);
   // Autocast runs the softmax family in float32: 16-bit inputs are cast up (differentiably).
@@ -58,6 +59,7 @@ Tensor relu(const Tensor& x) { return heed::relu(x); }
 Tensor gelu(const Tensor& x, GeluApproximation approximation) { return heed::gelu(x, approximation); }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  HEED_PROFILE_OP("linear", &x, &weight);
   detail::check_defined(x, "linear");
   detail::check_defined(weight, "linear", "weight");
   detail::check_floating(x, "linear");
@@ -84,6 +86,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  HEED_PROFILE_OP("embedding", &weight, &indices);
   detail::check_defined(weight, "embedding", "weight");
   detail::check_defined(indices, "embedding", "indices");
   HEED_CHECK(weight.dim() == 2, "embedding", "weight must be 2-D (num_embeddings, dim), got shape {}",
@@ -100,6 +103,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 // ---- cross entropy --------------------------------------------------------------------------
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
+  HEED_PROFILE_OP("cross_entropy", &logits, &targets);
   const char* name = "cross_entropy";
   detail::check_defined(logits, name, "logits");
   detail::check_defined(targets, name, "targets");
@@ -187,6 +191,7 @@ Tensor dropout_scale(const Dims& shape, DType dtype, Device device, double p, ke
 Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& generator) {
+  HEED_PROFILE_OP("dropout", &x);
   detail::check_defined(x, "dropout");
   HEED_CHECK(p >= 0.0 && p <= 1.0, "dropout", "probability must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x;

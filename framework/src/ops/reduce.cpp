@@ -127,6 +127,7 @@ Tensor mean_impl(const Tensor& x, const Dims& dims, bool keepdim) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+  HEED_PROFILE_OP("sum", &x);
   if (autocast_to_float32(x)) [[unlikely]]
     return sum_impl(amp::cast_to_float32(x), dims, keepdim);
   return sum_impl(x, dims, keepdim);
@@ -135,6 +136,7 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  HEED_PROFILE_OP("mean", &x);
   if (autocast_to_float32(x)) [[unlikely]]
     return mean_impl(amp::cast_to_float32(x), dims, keepdim);
   return mean_impl(x, dims, keepdim);
@@ -143,6 +145,7 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 
 Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction) {
+  HEED_PROFILE_OP("var", &x);
   detail::check_defined(x, "var");
   detail::check_floating(x, "var");
   if (autocast_to_float32(x)) [[unlikely]]
@@ -188,6 +191,7 @@ Tensor scatter_to_winners(const Tensor& g, const Tensor& indices, const Dims& in
 }
 
 Tensor full_extremum(const Tensor& x, ReduceOp op, const char* name) {
+  HEED_PROFILE_OP(name, &x);
   detail::check_defined(x, name);
   HEED_CHECK(x.numel() > 0, name, "cannot take the {} of an empty tensor (shape {})", name, shape_str(x.shape()));
   ReducePlan plan = plan_reduction(x.detach().contiguous().reshape({x.numel()}), {}, name);
@@ -204,6 +208,7 @@ Tensor full_extremum(const Tensor& x, ReduceOp op, const char* name) {
 }
 
 ValuesIndices dim_extremum(const Tensor& x, int64_t dim, bool keepdim, ReduceOp op, const char* name) {
+  HEED_PROFILE_OP(name, &x);
   detail::check_defined(x, name);
   const int d = normalize_dim(dim, x.dim(), name);
   if (x.dim() > 0)
@@ -241,6 +246,7 @@ ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
 
 namespace {
 Tensor arg_extremum(const Tensor& x, int64_t dim, bool keepdim, ReduceOp op, const char* name) {
+  HEED_PROFILE_OP(name, &x);
   detail::check_defined(x, name);
   const int d = normalize_dim(dim, x.dim(), name);
   if (x.dim() > 0)
@@ -266,6 +272,7 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 // ---- sum_to ---------------------------------------------------------------------------------
 
 Tensor sum_to(const Tensor& x, const Dims& shape) {
+  HEED_PROFILE_OP("sum_to", &x);
   if (x.shape() == shape) return x;
   const int lead = x.dim() - shape.size();
   HEED_CHECK(lead >= 0, "sum_to", "cannot reduce shape {} to the larger shape {}", shape_str(x.shape()),

@@ -309,6 +309,7 @@ Tensor Tensor::unflatten(int64_t dim_, const Dims& sizes) const {
 // ---- joining and splitting ------------------------------------------------------------------
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_) {
+  HEED_PROFILE_OP("cat");
   HEED_CHECK(!tensors.empty(), "cat", "expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
   detail::check_defined(first, "cat");
@@ -366,6 +367,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_) {
+  HEED_PROFILE_OP("stack");
   HEED_CHECK(!tensors.empty(), "stack", "expected a non-empty list of tensors");
   detail::check_defined(tensors[0], "stack");
   HEED_CHECK(tensors[0].dim() < kMaxDims, "stack", "stacking tensors of shape {} would give more than {} dims",
@@ -425,6 +427,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim_) {
 // ---- indexing -------------------------------------------------------------------------------
 
 Tensor index_select(const Tensor& x, int64_t dim_, const Tensor& index) {
+  HEED_PROFILE_OP("index_select", &x, &index);
   detail::check_defined(x, "index_select");
   detail::check_defined(index, "index_select", "index");
   detail::check_same_device(x, index, "index_select");
@@ -463,6 +466,7 @@ Tensor index_select(const Tensor& x, int64_t dim_, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {
+  HEED_PROFILE_OP("gather", &x, &index);
   detail::check_defined(x, "gather");
   detail::check_defined(index, "gather", "index");
   detail::check_same_device(x, index, "gather");

@@ -5,6 +5,7 @@
 #include "heed/attention.h"     // IWYU pragma: export
 #include "heed/autocast.h"      // IWYU pragma: export
 #include "heed/autograd.h"      // IWYU pragma: export
+#include "heed/blas_info.h"     // IWYU pragma: export
 #include "heed/checkpoint.h"    // IWYU pragma: export
 #include "heed/cli.h"           // IWYU pragma: export
 #include "heed/clip.h"          // IWYU pragma: export
@@ -26,6 +27,7 @@
 #include "heed/ops.h"           // IWYU pragma: export
 #include "heed/optim.h"         // IWYU pragma: export
 #include "heed/parallel.h"      // IWYU pragma: export
+#include "heed/profile.h"       // IWYU pragma: export
 #include "heed/random.h"        // IWYU pragma: export
 #include "heed/report.h"        // IWYU pragma: export
 #include "heed/shape.h"         // IWYU pragma: export

@@ -1,0 +1,56 @@
+// examples/common/step_profiler.h — `--profile FILE` for the training examples: profiles a
+// few training steps (heed::profile::Profiler), writes their Chrome trace to FILE and prints
+// the top ops once they are done.
+//
+// Invariants: only the steps [first, first + count) are recorded, each inside a "train step"
+// user span (evaluation and checkpointing fall outside the window or show as their own
+// spans); the first step of a run is skipped when there are others (it pays for one-time
+// allocations), so the table describes the steady state. Without a path it does nothing.
+#pragma once
+
+#include <heed/heed.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace examples {
+
+class StepProfiler {
+ public:
+  // Steps are numbered by the caller; profiles [first_step, first_step + count) clipped to
+  // last_step. `program` prefixes the messages.
+  StepProfiler(std::string path, int64_t first_step, int64_t last_step, int64_t count, std::string program)
+      : path_(std::move(path)),
+        first_(first_step < last_step ? first_step + 1 : first_step),
+        end_(std::min(first_ + count, last_step + 1)),
+        program_(std::move(program)) {}
+
+  // Call at the start of step `step`: returns the step's user span (empty outside the window).
+  std::optional<heed::profile::Scope> begin_step(int64_t step) {
+    if (path_.empty() || step < first_ || step >= end_) return std::nullopt;
+    if (!profiler_) profiler_ = std::make_unique<heed::profile::Profiler>();
+    return std::optional<heed::profile::Scope>(std::in_place, "train step");
+  }
+  // Call after step `step` ended (its span closed): writes the trace after the last one.
+  void end_step(int64_t step) {
+    if (!profiler_ || step + 1 != end_) return;
+    profiler_->stop();
+    profiler_->write_chrome_trace(path_);
+    std::printf("%s", profiler_->table(15).c_str());
+    std::printf("%s: profile of steps %lld..%lld (%.1f ms per step) written to %s (open in https://ui.perfetto.dev)\n",
+                program_.c_str(), static_cast<long long>(first_), static_cast<long long>(end_ - 1),
+                profiler_->wall_ms() / static_cast<double>(end_ - first_), path_.c_str());
+    profiler_.reset();
+  }
+
+ private:
+  std::string path_;
+  int64_t first_, end_;
+  std::string program_;
+  std::unique_ptr<heed::profile::Profiler> profiler_;
+};
+
+}  // namespace examples

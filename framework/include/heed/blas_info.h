@@ -1,0 +1,39 @@
+// heed/blas_info.h — which BLAS heed runs on, which of its kernel sets this CPU gets, and the
+// sgemm ceiling every performance figure should be quoted against.
+//
+// Invariant: heed never changes the BLAS's choice itself (OPENBLAS_CORETYPE is read by
+// OpenBLAS when the library loads, before heed runs); it reports the choice, and when the
+// choice is one of OpenBLAS's generic kernel sets on a CPU with AVX2 or AVX-512 it warns once
+// on stderr (at the first CPU matmul) with the measured sgemm rate and the variable to set.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace heed {
+
+struct BlasInfo {
+  std::string library;    // "OpenBLAS 0.3.21"
+  std::string config;     // the library's build line (openblas_get_config)
+  std::string core;       // the kernel set in use (openblas_get_corename): "Zen", "SkylakeX", "Prescott", ...
+  std::string threading;  // how the library was built: "OpenMP", "pthreads" or "sequential"
+  int threads = 1;        // heed's thread count (each BLAS call runs on one of them, see blas.cpp)
+  std::string cpu_model;  // /proc/cpuinfo "model name" ("" where unknown)
+  bool cpu_avx2 = false, cpu_avx512 = false;
+  // The core is a generic kernel set while the CPU has AVX2 or AVX-512; then coretype_hint is
+  // the OPENBLAS_CORETYPE value that selects the fast kernels ("SkylakeX", "Haswell" or "Zen").
+  bool generic_kernels = false;
+  std::string coretype_hint;
+};
+
+BlasInfo blas_info();
+
+// sgemm GFLOP/s of a d x d x d float32 product through heed's CPU gemm with the current thread
+// count (the best of `repeats` runs after one warm-up): the ceiling for whole-step FLOP rates.
+double measure_sgemm_gflops(int64_t d = 1024, int repeats = 3);
+
+// The OPENBLAS_CORETYPE value that would replace OpenBLAS kernel set `core` on a CPU with these
+// features, or "" when `core` already uses AVX2/AVX-512 (or the CPU has neither).
+std::string openblas_coretype_hint(const std::string& core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd);
+
+}  // namespace heed

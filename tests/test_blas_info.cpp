@@ -1,0 +1,39 @@
+// tests/test_blas_info.cpp — heed::blas_info reports the BLAS heed links and the kernel set it
+// runs; the OPENBLAS_CORETYPE advice is a pure function, checked on every case that matters
+// (the machine running the tests has one CPU, so the table covers the others).
+#include <doctest/doctest.h>
+#include <heed/heed.h>
+
+#include <set>
+
+using namespace heed;
+
+TEST_CASE("blas_info: names the library, its kernel set and heed's threads") {
+  const BlasInfo info = blas_info();
+  CHECK(info.library.rfind("OpenBLAS", 0) == 0);
+  CHECK(info.config.find(info.library) == 0);
+  CHECK_FALSE(info.core.empty());
+  CHECK(std::set<std::string>{"OpenMP", "pthreads", "sequential"}.count(info.threading) == 1);
+  CHECK(info.threads == get_num_threads());
+  CHECK(info.generic_kernels == !info.coretype_hint.empty());
+  if (info.cpu_avx512) CHECK(info.cpu_avx2);
+  MESSAGE("BLAS: ", info.config, "; core ", info.core, "; CPU ", info.cpu_model);
+}
+
+TEST_CASE("openblas_coretype_hint: generic kernels on an AVX2/AVX-512 CPU get the fast set's name") {
+  // A Xeon with AVX-512 on which Debian 12's OpenBLAS falls back to Prescott (issue 14).
+  CHECK(openblas_coretype_hint("Prescott", true, true, false) == "SkylakeX");
+  CHECK(openblas_coretype_hint("Nehalem", true, false, false) == "Haswell");
+  CHECK(openblas_coretype_hint("Core2", true, false, true) == "Zen");
+  CHECK(openblas_coretype_hint("Sandybridge", true, false, false) == "Haswell");  // AVX without FMA
+  // Fast sets (any case) and CPUs without AVX2 get no advice.
+  for (const char* fast : {"Haswell", "Zen", "SkylakeX", "COOPERLAKE", "sapphirerapids"})
+    CHECK(openblas_coretype_hint(fast, true, true, false).empty());
+  CHECK(openblas_coretype_hint("Prescott", false, false, false).empty());
+}
+
+TEST_CASE("measure_sgemm_gflops: a positive rate, and bad sizes are refused") {
+  CHECK(measure_sgemm_gflops(64, 1) > 0.0);
+  CHECK_THROWS_WITH_AS(measure_sgemm_gflops(0, 1), doctest::Contains("measure_sgemm_gflops"), Error);
+  CHECK_THROWS_AS(measure_sgemm_gflops(64, 0), Error);
+}
