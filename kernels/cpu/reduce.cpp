@@ -3,7 +3,8 @@
 //
 // Invariants: each output element is reduced in index order by one thread; a single long
 // reduction is split into fixed blocks of kBlock elements whose partial sums are added in
-// block order, so the result is bit-identical for every thread count. Float sums accumulate
+// block order, so the result is bit-identical for every thread count (column sums of few
+// columns split their rows the same way). Float sums accumulate
 // in double. Max/min return NaN (and the first NaN's index) when a NaN is present; ties go
 // to the first index.
 #include <vector>
@@ -67,6 +68,38 @@ void sum_typed(const T* in, int64_t outer, int64_t extent, int64_t inner, Out* o
   // Column sums: for each (o, inner chunk), walk the extent in order.
   constexpr int64_t kChunk = 256;
   const int64_t chunks_per_outer = (inner + kChunk - 1) / kChunk;
+  // Few columns and many rows (a bias gradient: (B*T, C) -> (C)): the rows are also split into
+  // fixed blocks, summed in parallel and added in block order. The split depends
+  // on the shape only, so the result is the same for every thread count.
+  // At most kMaxRowBlocks blocks of at least 256 rows, so the partial sums stay small.
+  constexpr int64_t kFewTasks = 8, kMaxRowBlocks = 64;
+  const int64_t row_block = std::max<int64_t>(256, (extent + kMaxRowBlocks - 1) / kMaxRowBlocks);
+  const int64_t row_blocks = (extent + row_block - 1) / row_block;
+  if (outer * chunks_per_outer < kFewTasks && row_blocks >= 2) {
+    const int64_t columns = outer * inner;
+    std::vector<A> partial(static_cast<size_t>(row_blocks * columns));  // (row block, outer, inner)
+    parallel_for(row_blocks * outer * chunks_per_outer, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t block = task / (outer * chunks_per_outer), rest = task % (outer * chunks_per_outer);
+        const int64_t o = rest / chunks_per_outer, i0 = (rest % chunks_per_outer) * kChunk;
+        const int64_t width = std::min(kChunk, inner - i0);
+        const int64_t e0 = block * row_block, e1 = std::min(extent, e0 + row_block);
+        A* acc = partial.data() + block * columns + o * inner + i0;
+        for (int64_t i = 0; i < width; ++i) acc[i] = 0;
+        const T* base = in + o * extent * inner + i0;
+        for (int64_t e = e0; e < e1; ++e) {
+          const T* row = base + e * inner;
+          for (int64_t i = 0; i < width; ++i) acc[i] += static_cast<A>(load(row + i));
+        }
+      }
+    });
+    for (int64_t c = 0; c < columns; ++c) {
+      A total = 0;
+      for (int64_t block = 0; block < row_blocks; ++block) total += partial[static_cast<size_t>(block * columns + c)];
+      out[c] = convert<Out>(total);
+    }
+    return;
+  }
   parallel_for(outer * chunks_per_outer, 1, [&](int64_t begin, int64_t end) {
     A acc[kChunk];
     for (int64_t task = begin; task < end; ++task) {
