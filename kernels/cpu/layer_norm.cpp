@@ -1,7 +1,9 @@
 // kernels/cpu/layer_norm.cpp — fused LayerNorm forward and backward over the last dim.
 //
 // Invariants: statistics are computed in double per row (two passes: mean, then centred
-// sum of squares, so large offsets do not cancel); rows are independent in forward and in
+// sum of squares, so large offsets do not cancel), each sum over eight interleaved lanes added
+// in a fixed tree (lane_sum: vectorised, and the order depends on the width only); rows are
+// independent in forward and in
 // dx; dweight/dbias are summed over fixed blocks of rows whose partials are added in block
 // order, so every result is independent of the thread count.
 #include <vector>
@@ -14,6 +16,34 @@ namespace heed::kernels::cpu {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
+constexpr int kLanes = 8;
+
+// Sum over c in [0, n) of term(c), in double, with kLanes independent accumulators (lane k takes
+// c = k mod kLanes, the tail goes to lane 0) combined in a fixed tree: the loop vectorises, and
+// the order depends on n only.
+template <typename Term>
+double lane_sum(int64_t n, Term term) {
+  double acc[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int k = 0; k < kLanes; ++k) acc[k] += term(c + k);
+  for (; c < n; ++c) acc[0] += term(c);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// y = xhat (* w) (+ b) over one row; the affine choices are template parameters so the loop
+// has no branches.
+template <typename T, bool kWeight, bool kBias>
+void normalize_row(const T* __restrict xr, const T* __restrict w, const T* __restrict b, int64_t cols, compute_t<T> m,
+                   compute_t<T> s, T* __restrict yr) {
+  using C = compute_t<T>;
+  for (int64_t c = 0; c < cols; ++c) {
+    C v = (load(xr + c) - m) * s;
+    if constexpr (kWeight) v = v * load(w + c);
+    if constexpr (kBias) v = v + load(b + c);
+    store(yr + c, v);
+  }
+}
 
 template <typename T>
 void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t cols, double eps, T* y,
@@ -23,26 +53,54 @@ void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t col
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * cols;
       T* yr = y + r * cols;
-      double sum = 0;
-      for (int64_t c = 0; c < cols; ++c) sum += static_cast<double>(load(xr + c));
-      const double mean = sum / static_cast<double>(cols);
-      double ss = 0;
-      for (int64_t c = 0; c < cols; ++c) {
+      const double mean =
+          lane_sum(cols, [&](int64_t c) { return static_cast<double>(load(xr + c)); }) / static_cast<double>(cols);
+      const double ss = lane_sum(cols, [&](int64_t c) {
         const double d = static_cast<double>(load(xr + c)) - mean;
-        ss += d * d;
-      }
+        return d * d;
+      });
       const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
       const C m = static_cast<C>(mean), s = static_cast<C>(rstd);
       mean_out[r] = m;
       rstd_out[r] = s;
-      for (int64_t c = 0; c < cols; ++c) {
-        C v = (load(xr + c) - m) * s;
-        if (w) v = v * load(w + c);
-        if (b) v = v + load(b + c);
-        store(yr + c, v);
-      }
+      if (w && b)
+        normalize_row<T, true, true>(xr, w, b, cols, m, s, yr);
+      else if (w)
+        normalize_row<T, true, false>(xr, w, b, cols, m, s, yr);
+      else if (b)
+        normalize_row<T, false, true>(xr, w, b, cols, m, s, yr);
+      else
+        normalize_row<T, false, false>(xr, w, b, cols, m, s, yr);
     }
   });
+}
+
+// One row of backward: xhat and dxhat (= dy * w) into the row buffers, the dweight/dbias partial
+// sums of the row's block (kParams), then dx from the two row means.
+template <typename T, bool kWeight, bool kParams>
+void backward_row(const T* __restrict xr, const T* __restrict w, const T* __restrict dyr, int64_t cols, compute_t<T> m,
+                  compute_t<T> s, compute_t<T>* __restrict xhat, compute_t<T>* __restrict dxhat, double* __restrict pdw,
+                  double* __restrict pdb, T* __restrict dxr) {
+  using C = compute_t<T>;
+  for (int64_t c = 0; c < cols; ++c) {
+    const C xh = (load(xr + c) - m) * s;
+    const C g = load(dyr + c);
+    xhat[c] = xh;
+    if constexpr (kWeight)
+      dxhat[c] = g * load(w + c);
+    else
+      dxhat[c] = g;
+    if constexpr (kParams) {
+      pdw[c] += static_cast<double>(g) * static_cast<double>(xh);
+      pdb[c] += static_cast<double>(g);
+    }
+  }
+  const C mean_dxhat = static_cast<C>(lane_sum(cols, [&](int64_t c) { return static_cast<double>(dxhat[c]); }) /
+                                      static_cast<double>(cols));
+  const C mean_dxhat_xhat = static_cast<C>(
+      lane_sum(cols, [&](int64_t c) { return static_cast<double>(dxhat[c]) * static_cast<double>(xhat[c]); }) /
+      static_cast<double>(cols));
+  for (int64_t c = 0; c < cols; ++c) store(dxr + c, s * (dxhat[c] - mean_dxhat - xhat[c] * mean_dxhat_xhat));
 }
 
 template <typename T>
@@ -55,7 +113,7 @@ void backward_typed(const T* x, const T* w, const compute_t<T>* mean, const comp
   std::vector<double> partial_dw(want_params ? static_cast<size_t>(blocks * cols) : 0);
   std::vector<double> partial_db(want_params ? static_cast<size_t>(blocks * cols) : 0);
   parallel_for(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
-    std::vector<C> dxhat(static_cast<size_t>(cols));
+    std::vector<C> xhat(static_cast<size_t>(cols)), dxhat(static_cast<size_t>(cols));
     for (int64_t blk = block_begin; blk < block_end; ++blk) {
       double* pdw = want_params ? partial_dw.data() + blk * cols : nullptr;
       double* pdb = want_params ? partial_db.data() + blk * cols : nullptr;
@@ -65,26 +123,15 @@ void backward_typed(const T* x, const T* w, const compute_t<T>* mean, const comp
       for (int64_t r = blk * kRowBlock; r < r_end; ++r) {
         const T* xr = x + r * cols;
         const T* dyr = dy + r * cols;
-        const C m = mean[r], s = rstd[r];
-        double sum_dxhat = 0, sum_dxhat_xhat = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          const C xhat = (load(xr + c) - m) * s;
-          const C g = load(dyr + c);
-          dxhat[c] = w ? g * load(w + c) : g;
-          sum_dxhat += static_cast<double>(dxhat[c]);
-          sum_dxhat_xhat += static_cast<double>(dxhat[c]) * static_cast<double>(xhat);
-          if (want_params) {
-            pdw[c] += static_cast<double>(g) * static_cast<double>(xhat);
-            pdb[c] += static_cast<double>(g);
-          }
-        }
-        const C mean_dxhat = static_cast<C>(sum_dxhat / static_cast<double>(cols));
-        const C mean_dxhat_xhat = static_cast<C>(sum_dxhat_xhat / static_cast<double>(cols));
         T* dxr = dx + r * cols;
-        for (int64_t c = 0; c < cols; ++c) {
-          const C xhat = (load(xr + c) - m) * s;
-          store(dxr + c, s * (dxhat[c] - mean_dxhat - xhat * mean_dxhat_xhat));
-        }
+        if (w && want_params)
+          backward_row<T, true, true>(xr, w, dyr, cols, mean[r], rstd[r], xhat.data(), dxhat.data(), pdw, pdb, dxr);
+        else if (w)
+          backward_row<T, true, false>(xr, w, dyr, cols, mean[r], rstd[r], xhat.data(), dxhat.data(), pdw, pdb, dxr);
+        else if (want_params)
+          backward_row<T, false, true>(xr, w, dyr, cols, mean[r], rstd[r], xhat.data(), dxhat.data(), pdw, pdb, dxr);
+        else
+          backward_row<T, false, false>(xr, w, dyr, cols, mean[r], rstd[r], xhat.data(), dxhat.data(), pdw, pdb, dxr);
       }
     }
   });

@@ -13,8 +13,43 @@ namespace heed::kernels::cpu {
 
 namespace {
 
-template <typename T>
-void adam_step_typed(const AdamStepArgs& args) {
+enum class Decay { None, Decoupled, L2 };
+
+// The per-element update over [begin, end). The weight-decay mode and AMSGrad are template
+// parameters, so the common loops have no branches and vectorise (sqrt and division included:
+// -fno-math-errno); each element's arithmetic is the same in every variant it shares.
+// Contraction into FMAs is off here: GCC contracts the vectorised body and the scalar tail
+// differently, and the tail's elements depend on where the thread chunks end, so with it an
+// element's value would depend on the thread count (test_optim checks 1, 2 and 3 threads).
+template <typename T, Decay kDecay, bool kAmsgrad>
+__attribute__((optimize("fp-contract=off"))) void adam_range(T* __restrict param, const T* __restrict grad,
+                                                             T* __restrict exp_avg, T* __restrict exp_avg_sq,
+                                                             T* __restrict max_exp_avg_sq, int64_t begin, int64_t end,
+                                                             T step_size, T inv_bias_correction2_sqrt, T beta1,
+                                                             T one_minus_beta1, T beta2, T one_minus_beta2, T eps,
+                                                             T decay_factor, T l2) {
+  for (int64_t i = begin; i < end; ++i) {
+    T p = param[i];
+    T g = grad[i];
+    if constexpr (kDecay == Decay::Decoupled) p *= decay_factor;
+    if constexpr (kDecay == Decay::L2) g += l2 * p;
+    const T m = beta1 * exp_avg[i] + one_minus_beta1 * g;
+    const T v = beta2 * exp_avg_sq[i] + one_minus_beta2 * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    T v_used = v;
+    if constexpr (kAmsgrad) {
+      const T previous = max_exp_avg_sq[i];
+      v_used = (v > previous || std::isnan(v)) ? v : previous;  // NaN propagates like torch.maximum
+      max_exp_avg_sq[i] = v_used;
+    }
+    const T denom = std::sqrt(v_used) * inv_bias_correction2_sqrt + eps;
+    param[i] = p - step_size * m / denom;
+  }
+}
+
+template <typename T, Decay kDecay, bool kAmsgrad>
+void adam_step_variant(const AdamStepArgs& args) {
   T* param = static_cast<T*>(args.param);
   const T* grad = static_cast<const T*>(args.grad);
   T* exp_avg = static_cast<T*>(args.exp_avg);
@@ -29,35 +64,31 @@ void adam_step_typed(const AdamStepArgs& args) {
   const T beta1 = static_cast<T>(args.beta1), one_minus_beta1 = static_cast<T>(1.0 - args.beta1);
   const T beta2 = static_cast<T>(args.beta2), one_minus_beta2 = static_cast<T>(1.0 - args.beta2);
   const T eps = static_cast<T>(args.eps);
-  const bool has_decay = args.weight_decay != 0.0;
-  const bool decoupled = args.decoupled_weight_decay;
   const T decay_factor = static_cast<T>(1.0 - args.lr * args.weight_decay);  // AdamW
   const T l2 = static_cast<T>(args.weight_decay);                            // Adam
 
   parallel_for(args.n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T p = param[i];
-      T g = grad[i];
-      if (has_decay) {
-        if (decoupled)
-          p *= decay_factor;
-        else
-          g += l2 * p;
-      }
-      const T m = beta1 * exp_avg[i] + one_minus_beta1 * g;
-      const T v = beta2 * exp_avg_sq[i] + one_minus_beta2 * g * g;
-      exp_avg[i] = m;
-      exp_avg_sq[i] = v;
-      T v_used = v;
-      if (max_exp_avg_sq) {
-        const T previous = max_exp_avg_sq[i];
-        v_used = (v > previous || std::isnan(v)) ? v : previous;  // NaN propagates like torch.maximum
-        max_exp_avg_sq[i] = v_used;
-      }
-      const T denom = std::sqrt(v_used) * inv_bias_correction2_sqrt + eps;
-      param[i] = p - step_size * m / denom;
-    }
+    adam_range<T, kDecay, kAmsgrad>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, begin, end, step_size,
+                                    inv_bias_correction2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+                                    decay_factor, l2);
   });
+}
+
+template <typename T>
+void adam_step_typed(const AdamStepArgs& args) {
+  const bool amsgrad = args.max_exp_avg_sq != nullptr;
+  const Decay decay = args.weight_decay == 0.0      ? Decay::None
+                      : args.decoupled_weight_decay ? Decay::Decoupled
+                                                    : Decay::L2;
+  switch (decay) {
+    case Decay::None:
+      return amsgrad ? adam_step_variant<T, Decay::None, true>(args) : adam_step_variant<T, Decay::None, false>(args);
+    case Decay::Decoupled:
+      return amsgrad ? adam_step_variant<T, Decay::Decoupled, true>(args)
+                     : adam_step_variant<T, Decay::Decoupled, false>(args);
+    case Decay::L2:
+      return amsgrad ? adam_step_variant<T, Decay::L2, true>(args) : adam_step_variant<T, Decay::L2, false>(args);
+  }
 }
 
 }  // namespace
