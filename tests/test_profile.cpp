@@ -150,7 +150,7 @@ TEST_CASE("profiler: every kernel of a training step runs inside an op or a back
   // sanitizer builds slow that code most, so the floor here is generous.
   MESSAGE("coverage of a tiny LM step: ", profiler.coverage());
   CHECK(profiler.coverage() > 0.6);
-  const std::string table = profiler.table(5);
+  const std::string table = profiler.table(100);  // every row: which rows lead depends on timing
   CHECK(table.find("gemm") != std::string::npos);
   CHECK(table.find("GFLOP/s") != std::string::npos);
 }

@@ -176,9 +176,22 @@ Tensor accumulate(const Tensor& existing, const Tensor& incoming) {
   return existing + incoming;
 }
 
-void accumulate_into_leaf(TensorImpl& leaf, const Tensor& incoming) {
-  Tensor grad = apply_hooks(leaf.hooks, incoming);
-  if (!leaf.grad) {
+// True when nothing but `grad` can reach its data: the only owner of its TensorImpl and of its
+// storage, contiguous over the whole storage, with the leaf's dtype and shape. Such a gradient
+// (a weight gradient a GEMM just wrote, typically) becomes the leaf's .grad without a copy.
+bool owns_its_data(const Tensor& grad, const TensorImpl& leaf) {
+  const std::shared_ptr<TensorImpl>& impl = grad.impl_ptr();
+  return impl.use_count() == 1 && impl->storage && impl->storage.use_count() == 1 && impl->offset == 0 &&
+         !impl->grad_fn && grad.dtype() == leaf.dtype && grad.shape() == leaf.shape && grad.is_contiguous() &&
+         impl->storage->nbytes() == static_cast<size_t>(grad.numel()) * dtype_size(grad.dtype());
+}
+
+void accumulate_into_leaf(TensorImpl& leaf, Tensor incoming) {
+  Tensor grad = leaf.hooks.empty() ? std::move(incoming) : apply_hooks(leaf.hooks, incoming);
+  incoming = Tensor();  // `grad` is the only reference the engine keeps
+  if (!leaf.grad && owns_its_data(grad, leaf)) {
+    leaf.grad = grad.impl_ptr();
+  } else if (!leaf.grad) {
     // A fresh contiguous buffer: the incoming gradient may alias other gradients.
     Tensor fresh = detail::make_empty(grad.shape(), leaf.dtype, grad.device());
     fresh.copy_(grad);
@@ -221,11 +234,11 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
   std::vector<LeafGradient> leaf_grads;
   std::unordered_map<const TensorImpl*, size_t> leaf_slot;
   std::unordered_map<const TensorImpl*, int> leaf_dependencies;
-  auto deliver_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+  auto deliver_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
     if (capture && !capture->leaves.count(leaf.get())) return;
     const auto [it, inserted] = leaf_slot.try_emplace(leaf.get(), leaf_grads.size());
     if (inserted) {
-      leaf_grads.push_back({leaf, g, false});
+      leaf_grads.push_back({leaf, std::move(g), false});
     } else {
       Tensor& total = leaf_grads[it->second].total;
       total = accumulate(total, g);
@@ -239,7 +252,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
       // heed::grad: the leaf's hooks see (and may replace) its gradient; .grad stays as it is.
       capture->leaves[entry.leaf.get()] = apply_hooks(entry.leaf->hooks, total);
     } else {
-      accumulate_into_leaf(*entry.leaf, total);
+      accumulate_into_leaf(*entry.leaf, std::move(total));
     }
   };
 
@@ -314,7 +327,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
                    shape_str(g.shape()), i, shape_str(expected));
       }
       if (e.leaf) {
-        if (g.defined()) deliver_to_leaf(e.leaf, g);
+        if (g.defined()) deliver_to_leaf(e.leaf, std::move(grads[i]));  // not read again
         if (--leaf_dependencies[e.leaf.get()] == 0) {
           auto slot = leaf_slot.find(e.leaf.get());
           if (slot != leaf_slot.end()) finalise_leaf(leaf_grads[slot->second]);
