@@ -315,6 +315,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
         detail::anomaly_check_backward(*node, grad_out, grads);
       if (g_backward_observer) g_backward_observer(*node, grad_out, grads);
     }
+    grad_out = Tensor();  // a view's gradient may share its storage: let a leaf own it alone
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& e = node->edges()[i];
       if (!e.defined()) continue;

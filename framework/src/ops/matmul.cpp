@@ -157,8 +157,12 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     SavedTensor sa(need_b ? a : Tensor(), "matmul"), sb(need_a ? b : Tensor(), "matmul");
     const Dims shape_a = a.shape(), shape_b = b.shape();
+    // b a transposed view of a contiguous matrix (Linear's weight.t()): dB is computed in that
+    // layout too, so the transpose's backward hands the weight a contiguous gradient it can
+    // keep without a copy (autograd.cpp, accumulate_into_leaf).
+    const bool b_transposed = shape_b.size() == 2 && b.strides()[0] == 1 && b.strides()[1] == shape_b[0];
     detail::record("matmul", {&a, &b}, out,
-                   [need_a, need_b, sa, sb, shape_a, shape_b](const Tensor& g) -> std::vector<Tensor> {
+                   [need_a, need_b, sa, sb, shape_a, shape_b, b_transposed](const Tensor& g) -> std::vector<Tensor> {
                      Tensor ga, gb;
                      if (need_a) {
                        Tensor b = sb.get();
@@ -166,10 +170,12 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
                      }
                      if (need_b) {
                        Tensor a = sa.get();
-                       if (shape_b.size() == 2 && shape_a.size() > 2) {
-                         // dB = A^T dC summed over the batch: one gemm over the flattened rows.
+                       if (shape_b.size() == 2) {
+                         // dB = A^T dC summed over the batch: one gemm over the flattened rows
+                         // (or (dC^T A)^T, the same product written in b's transposed layout).
                          const int64_t k = shape_a.back(), n = g.shape().back();
-                         gb = matmul_raw(a.reshape({-1, k}).t(), g.reshape({-1, n}));
+                         const Tensor a_rows = a.reshape({-1, k}), g_rows = g.reshape({-1, n});
+                         gb = b_transposed ? matmul_raw(g_rows.t(), a_rows).t() : matmul_raw(a_rows.t(), g_rows);
                        } else {
                          gb = sum_to(matmul_raw(a.transpose(-1, -2), g), shape_b);
                        }
