@@ -17,6 +17,7 @@
 //    computes it; heed's causal kernel skips the blocks above the diagonal).
 //  * matmul: 2 * M * N * K.
 #include <cblas.h>
+#include <fmt/format.h>
 #include <heed/heed.h>
 
 #include <sys/resource.h>
@@ -65,7 +66,21 @@ struct Options {
   int64_t m = 1024, n = 1024, k = 1024;
   std::string device = "cpu";  // lm and attn: cpu or cuda
   std::string profile_path;    // lm and attn: Chrome trace of extra profiled steps
+  bool memory = false;         // lm and attn: print heed::memory_stats after the timed steps
 };
+
+// `, "tensor_peak_mb": ..., "peak_by_category_mb": {...}` (heed::memory_stats since the last
+// reset); with --memory, the table on stderr as well.
+std::string memory_fields(const Options& o) {
+  const MemoryStats m = memory_stats();
+  if (o.memory) std::fprintf(stderr, "%s", m.table().c_str());
+  auto mb = [](size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  std::string out = fmt::format(", \"tensor_peak_mb\": {:.1f}, \"peak_by_category_mb\": {{", mb(m.peak_total));
+  for (int c = 0; c < MemoryStats::kCategories; ++c)
+    out += fmt::format("{}\"{}\": {:.1f}", c ? ", " : "", memory_category_name(static_cast<MemoryCategory>(c)),
+                       mb(m.at_peak[c]));
+  return out + "}";
+}
 
 // `, "cpu": ..., "blas_core": ..., "sgemm_ceiling_gflops": ...` for the JSON line.
 std::string machine_fields() {
@@ -136,6 +151,7 @@ int lm_case(const Options& o) {
     times.push_back(now_seconds() - t0);
   }
   const double ms = median(times) * 1e3;
+  const std::string memory = memory_fields(o);
   const std::string profiled = profile_steps(o, step);
   const double C = static_cast<double>(o.d), L = static_cast<double>(o.layers), V = static_cast<double>(o.vocab),
                BT = static_cast<double>(o.batch * o.seq), T = static_cast<double>(o.seq);
@@ -143,10 +159,10 @@ int lm_case(const Options& o) {
   const double flops = 6.0 * n_params * BT + 6.0 * 2.0 * L * BT * T * C;
   std::printf(
       "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
-      "\"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s}\n",
+      "\"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s%s}\n",
       static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
       static_cast<long long>(o.seq), static_cast<long long>(o.batch), ms, BT / ms * 1e3, flops / ms / 1e6,
-      peak_rss_kb() / 1024, profiled.c_str(), machine_fields().c_str());
+      peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(), machine_fields().c_str());
   return 0;
 }
 
@@ -263,6 +279,7 @@ int main(int argc, char** argv) {
   args.add_int("warmup", &o.warmup, "untimed warm-up steps", 0, 1000000);
   args.add_int("threads", &o.threads, "threads", 1, 1024);
   args.add_string("device", &o.device, "cpu or cuda (lm, attn)");
+  args.add_flag("memory", &o.memory, "print heed::memory_stats (live and peak bytes by category) on stderr (lm)");
   args.add_string("profile", &o.profile_path,
                   "FILE: profile --steps more steps (lm, attn), write a Chrome trace to FILE, print the top ops");
   args.add_int("m", &o.m, "rows of A (matmul)", 1, 1 << 20);

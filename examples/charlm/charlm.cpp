@@ -46,7 +46,7 @@ struct Options {
   std::string dist_overlap = "on";  // under heed-run: reduce gradient buckets during backward
   std::string profile;              // Chrome trace of a few training steps
   int64_t profile_steps = 5;
-  bool resume = false, sample_only = false;
+  bool resume = false, sample_only = false, memory = false;
 };
 
 double now_seconds() {
@@ -359,6 +359,7 @@ int run(const Options& o) {
     }
   }
   progress.finish_line();
+  if (o.memory) std::printf("memory of training (heed::memory_stats):\n%s", memory_stats().table().c_str());
   model.eval();
   const double final_val = estimate_loss(model, data.val, o.final_eval_batches, o.batch, o.block);
   std::printf(
@@ -482,5 +483,6 @@ int main(int argc, char** argv) {
                   "FILE: profile --profile-steps training steps (after the first), write their Chrome trace to FILE "
                   "and print the top ops");
   args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
+  args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
   return examples::parse_and_run(args, "charlm", argc, argv, [&] { return run(o); });
 }

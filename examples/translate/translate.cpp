@@ -38,7 +38,7 @@ struct Options {
               translate_text;
   std::string profile;  // Chrome trace of a few training steps
   int64_t profile_steps = 5;
-  bool resume = false;
+  bool resume = false, memory = false;
 };
 
 double now_seconds() {
@@ -289,6 +289,7 @@ int run(const Options& o) {
     }
   }
   progress.finish_line();
+  if (o.memory) std::printf("memory of training (heed::memory_stats):\n%s", memory_stats().table().c_str());
   std::printf("training: %.1f s for %lld steps (%.0f target tokens/s, --amp %s)\n", train_seconds,
               static_cast<long long>(o.steps - start_step), tokens_seen / std::max(train_seconds, 1e-9), o.amp.c_str());
   if (trainer.scaler().is_enabled())
@@ -394,6 +395,7 @@ int main(int argc, char** argv) {
                   "FILE: profile --profile-steps training steps (after the first), write their Chrome trace to FILE "
                   "and print the top ops");
   args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
+  args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
   args.add_int("train-size", &o.train_size, "training pairs to generate", 100, 10000000);
   args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
   args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);

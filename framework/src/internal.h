@@ -124,6 +124,10 @@ inline void record(OpName op, const std::vector<const Tensor*>& inputs, Tensor& 
   record_op(op.c_str(), inputs, output, std::move(backward));
 }
 
+// Live-bytes accounting (heed/memory.h), called by Storage's constructor and destructor.
+void storage_created(Device device, size_t nbytes, MemoryCategory category);
+void storage_freed(Device device, size_t nbytes, MemoryCategory category);
+
 // The profiler's span around one op's forward (heed/profile.h): HEED_PROFILE_OP("matmul", &a, &b)
 // as the first statement of a public op. Off, it costs one relaxed atomic load.
 class OpSpan {

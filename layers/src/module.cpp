@@ -5,6 +5,7 @@
 #include <set>
 
 #include "heed/autograd.h"
+#include "heed/memory.h"
 #include "heed/ops.h"
 
 namespace heed::nn {
@@ -19,6 +20,7 @@ void assign_data(const Tensor& target, const Tensor& data) {
   t.dtype = d.dtype;
   t.grad = nullptr;
   if (t.requires_grad && !is_floating(t.dtype)) t.requires_grad = false;
+  if (t.storage) t.storage->set_category(MemoryCategory::Parameter);
 }
 
 void Module::check_new_name(const std::string& name) const {
@@ -38,6 +40,7 @@ Tensor Module::register_parameter(const std::string& name, Tensor value, bool re
   HEED_CHECK(value.defined(), "register_parameter", "parameter '{}' of {} is undefined", name, type_name_);
   Tensor p = value.is_leaf() ? value : value.detach();
   if (requires_grad) p.requires_grad_(true);
+  set_memory_category(p, MemoryCategory::Parameter);
   parameters_.emplace_back(name, p);
   return p;
 }
@@ -45,6 +48,7 @@ Tensor Module::register_parameter(const std::string& name, Tensor value, bool re
 Tensor Module::register_buffer(const std::string& name, Tensor value, bool persistent) {
   check_new_name(name);
   HEED_CHECK(value.defined(), "register_buffer", "buffer '{}' of {} is undefined", name, type_name_);
+  set_memory_category(value, MemoryCategory::Parameter);
   buffers_.emplace_back(name, value);
   buffer_persistent_.push_back(persistent);
   return value;

@@ -15,6 +15,10 @@
 
 namespace heed {
 
+// What a block of memory holds, for heed::memory_stats (heed/memory.h). A storage starts as
+// Temporary; modules, the autograd engine and the optimizers retag the storages they own.
+enum class MemoryCategory : uint8_t { Parameter, Gradient, OptimizerState, Activation, Temporary, Count };
+
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
@@ -27,12 +31,16 @@ class Storage {
   Device device() const { return device_; }
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
+  MemoryCategory category() const { return category_; }
+  // Moves this storage's bytes to `category` in the live-bytes accounting (memory.cpp).
+  void set_category(MemoryCategory category);
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   uint64_t version_ = 0;
+  MemoryCategory category_ = MemoryCategory::Temporary;
 };
 
 }  // namespace heed

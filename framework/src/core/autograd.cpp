@@ -62,6 +62,7 @@ SavedTensor::SavedTensor(const Tensor& tensor, const char* op) : op_(op) {
   if (!tensor.defined()) return;
   tensor_ = tensor.detach();
   version_ = tensor.storage()->version();
+  tensor_.storage()->set_category(MemoryCategory::Activation);  // parameters stay parameters
 }
 
 Tensor SavedTensor::get() const {
@@ -191,10 +192,12 @@ void accumulate_into_leaf(TensorImpl& leaf, Tensor incoming) {
   incoming = Tensor();  // `grad` is the only reference the engine keeps
   if (!leaf.grad && owns_its_data(grad, leaf)) {
     leaf.grad = grad.impl_ptr();
+    grad.storage()->set_category(MemoryCategory::Gradient);
   } else if (!leaf.grad) {
     // A fresh contiguous buffer: the incoming gradient may alias other gradients.
     Tensor fresh = detail::make_empty(grad.shape(), leaf.dtype, grad.device());
     fresh.copy_(grad);
+    fresh.storage()->set_category(MemoryCategory::Gradient);
     leaf.grad = fresh.impl_ptr();
   } else {
     Tensor(leaf.grad).add_(grad);

@@ -24,9 +24,11 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
                reason.empty() ? "" : ": ", reason);
   }
   data_ = HEED_KERNEL(device, allocate)(nbytes);
+  detail::storage_created(device_, nbytes_, category_);
 }
 
 Storage::~Storage() {
+  detail::storage_freed(device_, nbytes_, category_);
   if (data_) kernels::kernel_table(device_.type).deallocate(data_, nbytes_);
 }
 

@@ -202,6 +202,7 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
           Tensor copy = empty(p.shape(), p.options());
           NoGradGuard no_grad;
           copy.copy_(t.detach());
+          copy.storage()->set_category(MemoryCategory::OptimizerState);
           s.buffers.emplace(buffer, std::move(copy));
           ++used_tensors;
         }
@@ -272,6 +273,7 @@ void SGD::step() {
         auto it = s.buffers.find("momentum_buffer");
         if (it == s.buffers.end()) {
           it = s.buffers.emplace("momentum_buffer", d_p.clone()).first;
+          it->second.storage()->set_category(MemoryCategory::OptimizerState);
         } else {
           it->second.mul_(options_.momentum).add_(d_p, 1.0 - options_.dampening);
         }
@@ -369,7 +371,10 @@ void Adam::step() {
       ParamState& s = state_[g][i];
       auto buffer = [&](const char* buffer_name) -> Tensor& {
         auto it = s.buffers.find(buffer_name);
-        if (it == s.buffers.end()) it = s.buffers.emplace(buffer_name, zeros_like(p.detach())).first;
+        if (it == s.buffers.end()) {
+          it = s.buffers.emplace(buffer_name, zeros_like(p.detach())).first;
+          it->second.storage()->set_category(MemoryCategory::OptimizerState);
+        }
         HEED_INTERNAL_ASSERT((p.numel() == 0 || it->second.is_contiguous()) && it->second.dtype() == p.dtype());
         return it->second;
       };

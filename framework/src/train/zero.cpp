@@ -160,7 +160,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Prepared prepared, std::shared_
   }
   for (const Piece& piece : pieces_) {
     const Tensor& p = groups_[piece.group].params[piece.index];
-    Tensor shard = zeros({piece.numel}, p.dtype());  // (numel,)
+    Tensor shard = zeros({piece.numel}, p.dtype());                 // (numel,)
+    shard.storage()->set_category(MemoryCategory::OptimizerState);  // this rank's copy of its slice
     shard_index_.push_back(inner_groups[piece.group].params.size());
     inner_groups[piece.group].params.push_back(shard);
     shards_.push_back(shard);

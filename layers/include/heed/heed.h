@@ -22,6 +22,7 @@
 #include "heed/io.h"            // IWYU pragma: export
 #include "heed/json_read.h"     // IWYU pragma: export
 #include "heed/lr_scheduler.h"  // IWYU pragma: export
+#include "heed/memory.h"        // IWYU pragma: export
 #include "heed/metrics.h"       // IWYU pragma: export
 #include "heed/nn/nn.h"         // IWYU pragma: export
 #include "heed/ops.h"           // IWYU pragma: export
