@@ -51,6 +51,8 @@ const char* kind_name(Kind kind) {
       return "kernel";
     case Kind::User:
       return "user";
+    case Kind::Counter:
+      return "counter";
   }
   return "?";
 }
@@ -78,6 +80,24 @@ std::vector<Event> stop_session() {
 }
 
 double session_elapsed_us() { return active() ? micros(Clock::now() - session().start) : 0.0; }
+
+void counter(std::string name, std::vector<std::pair<std::string, double>> values) {
+  if (!active()) return;
+  Session& s = session();
+  const Clock::time_point now = Clock::now();
+  Event e;
+  e.kind = Kind::Counter;
+  e.name = std::move(name);
+  e.values = std::move(values);
+  e.depth = static_cast<int>(t_stack.size());
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!active()) return;
+  e.start_us = micros(now - s.start);
+  const auto [entry, inserted] =
+      s.thread_numbers.emplace(std::this_thread::get_id(), static_cast<uint32_t>(s.thread_numbers.size()));
+  e.thread = entry->second;
+  s.events.push_back(std::move(e));
+}
 
 void begin(Kind kind, std::string name, std::string shapes, std::string dtype) {
   if (!active()) return;

@@ -16,11 +16,12 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace heed::kernels::trace {
 
-enum class Kind : uint8_t { Op, Backward, Kernel, User };
+enum class Kind : uint8_t { Op, Backward, Kernel, User, Counter };
 const char* kind_name(Kind kind);
 
 struct Event {
@@ -36,6 +37,7 @@ struct Event {
   double self_us = 0;  // duration minus nested op/backward/user spans (kernels: the duration)
   double flops = 0;    // kernels: the kernel's own; others: the kernels directly inside (not nested ops)
   double bytes = 0;
+  std::vector<std::pair<std::string, double>> values;  // Counter: the named values at start_us
 };
 
 namespace detail {
@@ -54,6 +56,9 @@ double session_elapsed_us();
 void begin(Kind kind, std::string name, std::string shapes = {}, std::string dtype = {});
 // Closes this thread's innermost span, adding `flops` and `bytes` to it.
 void end(double flops = 0, double bytes = 0);
+
+// A sample of named values (a Chrome trace counter, e.g. memory by category) at this moment.
+void counter(std::string name, std::vector<std::pair<std::string, double>> values);
 
 // RAII span; records only when a session was active at construction.
 class Span {

@@ -191,13 +191,28 @@ TEST_CASE("profiler: the Chrome trace is valid JSON with one complete event per 
   REQUIRE(trace.contains("traceEvents"));
   CHECK(trace["traceEvents"].size() == profiler.events().size());
   std::set<std::string> categories;
+  int memory_samples = 0;
   for (const auto& e : trace["traceEvents"]) {
+    const std::string category = e["cat"].get<std::string>();
+    categories.insert(category);
+    CHECK(e.contains("ts"));
+    if (category == "counter") {
+      // memory_stats by category, sampled as each op and backward node ends.
+      CHECK(e["ph"] == "C");
+      CHECK(e["name"] == "memory MB (cpu)");
+      CHECK(e["args"].contains("activation"));
+      CHECK(e["args"]["parameter"].get<double>() >= 0);
+      ++memory_samples;
+      continue;
+    }
     CHECK(e["ph"] == "X");
     CHECK(e["dur"].get<double>() >= 0);
-    CHECK(e.contains("ts"));
-    categories.insert(e["cat"].get<std::string>());
   }
-  CHECK(categories == std::set<std::string>{"op", "backward", "kernel"});
+  CHECK(categories == std::set<std::string>{"op", "backward", "kernel", "counter"});
+  int spans = 0;
+  for (const profile::Event& e : profiler.events())
+    if (e.kind == profile::Kind::Op || e.kind == profile::Kind::Backward) ++spans;
+  CHECK(memory_samples == spans);
   CHECK_THROWS_WITH_AS(profiler.write_chrome_trace((dir / "missing" / "trace.json").string()),
                        doctest::Contains("cannot open"), Error);
   std::filesystem::remove_all(dir);

@@ -147,6 +147,9 @@ class OpSpan {
   void close();
   bool open_ = false;
 };
+// Adds a "memory MB (cpu)" counter sample (memory_stats by category) to the profile, if one
+// is recording.
+void sample_memory_counter();
 #define HEED_PROFILE_OP(name, ...) const ::heed::detail::OpSpan heed_op_span_(name, {__VA_ARGS__})
 
 }  // namespace heed::detail

@@ -15,7 +15,9 @@
 //  * kernel: every call of a backend kernel (gemm, layer_norm_forward, adam_step, ...), with
 //    its sizes, FLOPs (multiply-add = 2) and bytes read + written from a per-kernel cost model
 //    (kernels/registry.cpp); on CUDA a kernel span waits for the kernel to finish;
-//  * user: Scope spans the program opens ("step", "data", ...), like torch's record_function.
+//  * user: Scope spans the program opens ("step", "data", ...), like torch's record_function;
+//  * counter "memory MB (cpu)": heed::memory_stats by category (and the allocator's cache),
+//    sampled when each op and backward node ends (a memory track in Perfetto).
 //
 // Invariants:
 //  * Off (no Profiler alive), the cost is one relaxed atomic load per op and per kernel call.
@@ -29,11 +31,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace heed::profile {
 
-enum class Kind : uint8_t { Op, Backward, Kernel, User };
+enum class Kind : uint8_t { Op, Backward, Kernel, User, Counter };
 const char* kind_name(Kind kind);
 
 struct Event {
@@ -46,6 +49,7 @@ struct Event {
   bool top_level = false;  // not inside an op or a backward node
   double start_us = 0, duration_us = 0, self_us = 0;
   double flops = 0, bytes = 0;
+  std::vector<std::pair<std::string, double>> values;  // Counter: named values at start_us
 };
 
 // One row of the summary: every span of one kind and name.

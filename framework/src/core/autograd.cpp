@@ -313,6 +313,10 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
           span.emplace(kernels::trace::Kind::Backward, node->name(), shape_str(node->output_shape()),
                        std::string(dtype_name(node->output_dtype())));
         grads = node->apply(grad_out, retain_graph);
+        if (span) {
+          span.reset();
+          detail::sample_memory_counter();
+        }
       }
       if (anomaly_detection_enabled()) [[unlikely]]
         detail::anomaly_check_backward(*node, grad_out, grads);

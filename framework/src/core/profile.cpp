@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "heed/error.h"
+#include "heed/memory.h"
 #include "internal.h"
 #include "kernels/trace.h"
 
@@ -33,6 +34,7 @@ Event from_trace(trace::Event&& e) {
   out.self_us = e.self_us;
   out.flops = e.flops;
   out.bytes = e.bytes;
+  out.values = std::move(e.values);
   return out;
 }
 
@@ -99,6 +101,7 @@ double Profiler::covered_ms() const {
 std::vector<Row> Profiler::summary() const {
   std::map<std::pair<int, std::string>, Row> rows;
   for (const Event& e : events_) {
+    if (e.kind == Kind::Counter) continue;
     Row& r = rows[{e.kind == Kind::Kernel ? 1 : 0, std::string(kind_name(e.kind)) + " " + e.name}];
     r.kind = e.kind;
     r.name = e.name;
@@ -164,6 +167,17 @@ void Profiler::write_chrome_trace(const std::string& path) const {
   for (const Event& e : events_) {
     file << (first ? "" : ",\n");
     first = false;
+    if (e.kind == Kind::Counter) {
+      std::snprintf(number, sizeof number, "%.3f", e.start_us);
+      file << "{\"name\": \"" << json_escape(e.name)
+           << "\", \"cat\": \"counter\", \"ph\": \"C\", \"pid\": 0, \"ts\": " << number << ", \"args\": {";
+      for (size_t i = 0; i < e.values.size(); ++i) {
+        std::snprintf(number, sizeof number, "%.3f", e.values[i].second);
+        file << (i ? ", " : "") << "\"" << json_escape(e.values[i].first) << "\": " << number;
+      }
+      file << "}}";
+      continue;
+    }
     file << "{\"name\": \"" << json_escape(e.name) << "\", \"cat\": \"" << kind_name(e.kind)
          << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << e.thread;
     std::snprintf(number, sizeof number, "%.3f", e.start_us);
@@ -207,6 +221,21 @@ void OpSpan::open(const char* name, std::initializer_list<const Tensor*> inputs)
   open_ = true;
 }
 
-void OpSpan::close() { kernels::trace::end(); }
+void OpSpan::close() {
+  kernels::trace::end();
+  sample_memory_counter();
+}
+
+void sample_memory_counter() {
+  if (!kernels::trace::active()) return;
+  const MemoryStats m = memory_stats(DeviceType::CPU);
+  std::vector<std::pair<std::string, double>> values;
+  values.reserve(MemoryStats::kCategories + 1);
+  constexpr double kMB = 1024.0 * 1024.0;
+  for (int c = 0; c < MemoryStats::kCategories; ++c)
+    values.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)), static_cast<double>(m.live[c]) / kMB);
+  values.emplace_back("cached", static_cast<double>(m.cached) / kMB);
+  kernels::trace::counter("memory MB (cpu)", std::move(values));
+}
 
 }  // namespace heed::detail
