@@ -21,13 +21,19 @@ enum class Decay { None, Decoupled, L2 };
 // Contraction into FMAs is off here: GCC contracts the vectorised body and the scalar tail
 // differently, and the tail's elements depend on where the thread chunks end, so with it an
 // element's value would depend on the thread count (test_optim checks 1, 2 and 3 threads).
+#if defined(__clang__)
+#define HEED_NO_FP_CONTRACT  // clang: the pragma at the top of the body
+#else
+#define HEED_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
 template <typename T, Decay kDecay, bool kAmsgrad>
-__attribute__((optimize("fp-contract=off"))) void adam_range(T* __restrict param, const T* __restrict grad,
-                                                             T* __restrict exp_avg, T* __restrict exp_avg_sq,
-                                                             T* __restrict max_exp_avg_sq, int64_t begin, int64_t end,
-                                                             T step_size, T inv_bias_correction2_sqrt, T beta1,
-                                                             T one_minus_beta1, T beta2, T one_minus_beta2, T eps,
-                                                             T decay_factor, T l2) {
+HEED_NO_FP_CONTRACT void adam_range(T* __restrict param, const T* __restrict grad, T* __restrict exp_avg,
+                                    T* __restrict exp_avg_sq, T* __restrict max_exp_avg_sq, int64_t begin, int64_t end,
+                                    T step_size, T inv_bias_correction2_sqrt, T beta1, T one_minus_beta1, T beta2,
+                                    T one_minus_beta2, T eps, T decay_factor, T l2) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
   for (int64_t i = begin; i < end; ++i) {
     T p = param[i];
     T g = grad[i];
