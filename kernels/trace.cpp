@@ -37,6 +37,13 @@ struct OpenSpan {
 
 thread_local std::vector<OpenSpan> t_stack;
 
+// This thread's number in the session (0 for the thread that started it, then in order of first
+// event). Call with s.mutex held.
+uint32_t thread_number(Session& s) {
+  return s.thread_numbers.emplace(std::this_thread::get_id(), static_cast<uint32_t>(s.thread_numbers.size()))
+      .first->second;
+}
+
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 }  // namespace
@@ -93,9 +100,7 @@ void counter(std::string name, std::vector<std::pair<std::string, double>> value
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!active()) return;
   e.start_us = micros(now - s.start);
-  const auto [entry, inserted] =
-      s.thread_numbers.emplace(std::this_thread::get_id(), static_cast<uint32_t>(s.thread_numbers.size()));
-  e.thread = entry->second;
+  e.thread = thread_number(s);
   s.events.push_back(std::move(e));
 }
 
@@ -145,9 +150,7 @@ void end(double flops, double bytes) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (span.generation != s.generation.load()) return;
   e.start_us = micros(span.start - s.start);
-  const auto [entry, inserted] =
-      s.thread_numbers.emplace(std::this_thread::get_id(), static_cast<uint32_t>(s.thread_numbers.size()));
-  e.thread = entry->second;
+  e.thread = thread_number(s);
   s.events.push_back(std::move(e));
 }
 

@@ -278,38 +278,26 @@ Tensor clamp(const Tensor& x, double min_value, double max_value) {
 
 // ---- comparisons and logic ------------------------------------------------------------------
 
-Tensor eq(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("eq", &a, &b);
-  return binary_raw(BinaryOp::Eq, a, b, "eq");
+namespace {
+// A non-differentiable binary row (bool result), with its profiler span.
+Tensor comparison_or_logic(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  HEED_PROFILE_OP(name, &a, &b);
+  return binary_raw(op, a, b, name);
 }
-Tensor ne(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("ne", &a, &b);
-  return binary_raw(BinaryOp::Ne, a, b, "ne");
-}
-Tensor lt(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("lt", &a, &b);
-  return binary_raw(BinaryOp::Lt, a, b, "lt");
-}
-Tensor le(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("le", &a, &b);
-  return binary_raw(BinaryOp::Le, a, b, "le");
-}
-Tensor gt(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("gt", &a, &b);
-  return binary_raw(BinaryOp::Gt, a, b, "gt");
-}
-Tensor ge(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("ge", &a, &b);
-  return binary_raw(BinaryOp::Ge, a, b, "ge");
-}
+}  // namespace
+
+Tensor eq(const Tensor& a, const Tensor& b) { return comparison_or_logic(BinaryOp::Eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return comparison_or_logic(BinaryOp::Ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return comparison_or_logic(BinaryOp::Lt, a, b, "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return comparison_or_logic(BinaryOp::Le, a, b, "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return comparison_or_logic(BinaryOp::Gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return comparison_or_logic(BinaryOp::Ge, a, b, "ge"); }
 Tensor logical_not(const Tensor& x) { return unary_from_table(UnaryOp::LogicalNot, x, 0.0); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("logical_and", &a, &b);
-  return binary_raw(BinaryOp::LogicalAnd, a, b, "logical_and");
+  return comparison_or_logic(BinaryOp::LogicalAnd, a, b, "logical_and");
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
-  HEED_PROFILE_OP("logical_or", &a, &b);
-  return binary_raw(BinaryOp::LogicalOr, a, b, "logical_or");
+  return comparison_or_logic(BinaryOp::LogicalOr, a, b, "logical_or");
 }
 
 bool isfinite_all(const Tensor& x) {
