@@ -6,10 +6,12 @@
 // independent in forward and in
 // dx; dweight/dbias are summed over fixed blocks of rows whose partials are added in block
 // order, so every result is independent of the thread count.
+#include <type_traits>
 #include <vector>
 
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "vec_math.h"
 
 namespace heed::kernels::cpu {
 
@@ -17,6 +19,11 @@ namespace {
 
 constexpr int64_t kRowBlock = 64;
 constexpr int kLanes = 8;
+
+// The fixed tree that adds the kLanes partial sums.
+inline double lane_tree(const double (&acc)[kLanes]) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
 
 // Sum over c in [0, n) of term(c), in double, with kLanes independent accumulators (lane k takes
 // c = k mod kLanes, the tail goes to lane 0) combined in a fixed tree: the loop vectorises, and
@@ -28,7 +35,7 @@ double lane_sum(int64_t n, Term term) {
   for (; c + kLanes <= n; c += kLanes)
     for (int k = 0; k < kLanes; ++k) acc[k] += term(c + k);
   for (; c < n; ++c) acc[0] += term(c);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return lane_tree(acc);
 }
 
 // y = xhat (* w) (+ b) over one row; the affine choices are template parameters so the loop
@@ -76,31 +83,73 @@ void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t col
 }
 
 // One row of backward: xhat and dxhat (= dy * w) into the row buffers, the dweight/dbias partial
-// sums of the row's block (kParams), then dx from the two row means.
+// sums of the row's block (kParams), then dx from the two row means. The two means are summed in
+// the same pass, lane by lane exactly as lane_sum orders them (lane k takes c = k mod kLanes, the
+// tail goes to lane 0, the same tree), so the result is that of two lane_sum calls.
 template <typename T, bool kWeight, bool kParams>
 void backward_row(const T* __restrict xr, const T* __restrict w, const T* __restrict dyr, int64_t cols, compute_t<T> m,
                   compute_t<T> s, compute_t<T>* __restrict xhat, compute_t<T>* __restrict dxhat, double* __restrict pdw,
                   double* __restrict pdb, T* __restrict dxr) {
   using C = compute_t<T>;
-  for (int64_t c = 0; c < cols; ++c) {
+  double sum_dxhat[kLanes] = {}, sum_dxhat_xhat[kLanes] = {};
+  const auto visit = [&](int64_t c, int lane) {
     const C xh = (load(xr + c) - m) * s;
     const C g = load(dyr + c);
+    C dxh = g;
+    if constexpr (kWeight) dxh = g * load(w + c);
     xhat[c] = xh;
-    if constexpr (kWeight)
-      dxhat[c] = g * load(w + c);
-    else
-      dxhat[c] = g;
+    dxhat[c] = dxh;
     if constexpr (kParams) {
       pdw[c] += static_cast<double>(g) * static_cast<double>(xh);
       pdb[c] += static_cast<double>(g);
     }
+    sum_dxhat[lane] += static_cast<double>(dxh);
+    sum_dxhat_xhat[lane] += static_cast<double>(dxh) * static_cast<double>(xh);
+  };
+  int64_t c = 0;
+#if HEED_HAVE_AVX2
+  if constexpr (std::is_same_v<T, float>) {
+    // The same sums eight columns at a time: lane k of the two 4-double halves is lane k above.
+    // Every product of two floats is exact in double, so fused or not, the sums are the scalar ones.
+    __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
+    __m256d prod_lo = _mm256_setzero_pd(), prod_hi = _mm256_setzero_pd();
+    const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s);
+    for (; c + kLanes <= cols; c += kLanes) {
+      const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
+      const __m256 g = _mm256_loadu_ps(dyr + c);
+      __m256 dxh = g;
+      if constexpr (kWeight) dxh = _mm256_mul_ps(g, _mm256_loadu_ps(w + c));
+      _mm256_storeu_ps(xhat + c, xh);
+      _mm256_storeu_ps(dxhat + c, dxh);
+      const __m256d xh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
+      const __m256d xh_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
+      const __m256d dxh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(dxh));
+      const __m256d dxh_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(dxh, 1));
+      if constexpr (kParams) {
+        const __m256d g_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
+        const __m256d g_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
+        _mm256_storeu_pd(pdw + c, _mm256_fmadd_pd(g_lo, xh_lo, _mm256_loadu_pd(pdw + c)));
+        _mm256_storeu_pd(pdw + c + 4, _mm256_fmadd_pd(g_hi, xh_hi, _mm256_loadu_pd(pdw + c + 4)));
+        _mm256_storeu_pd(pdb + c, _mm256_add_pd(g_lo, _mm256_loadu_pd(pdb + c)));
+        _mm256_storeu_pd(pdb + c + 4, _mm256_add_pd(g_hi, _mm256_loadu_pd(pdb + c + 4)));
+      }
+      sum_lo = _mm256_add_pd(sum_lo, dxh_lo);
+      sum_hi = _mm256_add_pd(sum_hi, dxh_hi);
+      prod_lo = _mm256_fmadd_pd(dxh_lo, xh_lo, prod_lo);
+      prod_hi = _mm256_fmadd_pd(dxh_hi, xh_hi, prod_hi);
+    }
+    _mm256_storeu_pd(sum_dxhat, sum_lo);
+    _mm256_storeu_pd(sum_dxhat + 4, sum_hi);
+    _mm256_storeu_pd(sum_dxhat_xhat, prod_lo);
+    _mm256_storeu_pd(sum_dxhat_xhat + 4, prod_hi);
   }
-  const C mean_dxhat = static_cast<C>(lane_sum(cols, [&](int64_t c) { return static_cast<double>(dxhat[c]); }) /
-                                      static_cast<double>(cols));
-  const C mean_dxhat_xhat = static_cast<C>(
-      lane_sum(cols, [&](int64_t c) { return static_cast<double>(dxhat[c]) * static_cast<double>(xhat[c]); }) /
-      static_cast<double>(cols));
-  for (int64_t c = 0; c < cols; ++c) store(dxr + c, s * (dxhat[c] - mean_dxhat - xhat[c] * mean_dxhat_xhat));
+#endif
+  for (; c + kLanes <= cols; c += kLanes)
+    for (int k = 0; k < kLanes; ++k) visit(c + k, k);
+  for (; c < cols; ++c) visit(c, 0);
+  const C mean_dxhat = static_cast<C>(lane_tree(sum_dxhat) / static_cast<double>(cols));
+  const C mean_dxhat_xhat = static_cast<C>(lane_tree(sum_dxhat_xhat) / static_cast<double>(cols));
+  for (int64_t i = 0; i < cols; ++i) store(dxr + i, s * (dxhat[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat));
 }
 
 template <typename T>
