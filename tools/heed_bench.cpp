@@ -67,6 +67,7 @@ struct Options {
   std::string device = "cpu";  // lm and attn: cpu or cuda
   std::string profile_path;    // lm and attn: Chrome trace of extra profiled steps
   bool memory = false;         // lm and attn: print heed::memory_stats after the timed steps
+  bool recompute = false;      // lm: checkpoint every block (TransformerLMOptions::recompute)
 };
 
 // `, "tensor_peak_mb": ..., "peak_by_category_mb": {...}` (heed::memory_stats since the last
@@ -129,6 +130,7 @@ int lm_case(const Options& o) {
   mo.layers = o.layers;
   mo.context = o.seq;
   mo.layout = nn::ProjectionLayout::FusedQKV;
+  mo.recompute = o.recompute;
   const Device device = parse_device(o.device);
   nn::TransformerLM model(mo);
   model.to(device);
@@ -158,10 +160,11 @@ int lm_case(const Options& o) {
   const double n_params = L * (12.0 * C * C) + C * V;
   const double flops = 6.0 * n_params * BT + 6.0 * 2.0 * L * BT * T * C;
   std::printf(
-      "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
+      "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
       "\"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s%s}\n",
       static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
-      static_cast<long long>(o.seq), static_cast<long long>(o.batch), ms, BT / ms * 1e3, flops / ms / 1e6,
+      static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.recompute ? " recompute" : "", ms,
+      BT / ms * 1e3, flops / ms / 1e6,
       peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(), machine_fields().c_str());
   return 0;
 }
@@ -280,6 +283,8 @@ int main(int argc, char** argv) {
   args.add_int("threads", &o.threads, "threads", 1, 1024);
   args.add_string("device", &o.device, "cpu or cuda (lm, attn)");
   args.add_flag("memory", &o.memory, "print heed::memory_stats (live and peak bytes by category) on stderr (lm)");
+  args.add_flag("recompute", &o.recompute,
+                "lm: checkpoint every block (backward recomputes its forward instead of keeping its activations)");
   args.add_string("profile", &o.profile_path,
                   "FILE: profile --steps more steps (lm, attn), write a Chrome trace to FILE, print the top ops");
   args.add_int("m", &o.m, "rows of A (matmul)", 1, 1 << 20);

@@ -46,7 +46,7 @@ struct Options {
   std::string dist_overlap = "on";  // under heed-run: reduce gradient buckets during backward
   std::string profile;              // Chrome trace of a few training steps
   int64_t profile_steps = 5;
-  bool resume = false, sample_only = false, memory = false;
+  bool resume = false, sample_only = false, memory = false, recompute = false;
 };
 
 double now_seconds() {
@@ -189,6 +189,7 @@ int run(const Options& o) {
   mo.layers = o.layers;
   mo.context = o.block;
   mo.dropout = o.dropout;
+  mo.recompute = o.recompute;
   mo.scale = nn::parse_attention_scale(o.attn_scale);
   nn::TransformerLM model(mo);
   model.to(device);
@@ -484,5 +485,8 @@ int main(int argc, char** argv) {
                   "and print the top ops");
   args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
   args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
+  args.add_flag("recompute", &o.recompute,
+                "checkpoint every block: backward recomputes its forward instead of keeping its activations "
+                "(same results, less memory, about one more forward of time)");
   return examples::parse_and_run(args, "charlm", argc, argv, [&] { return run(o); });
 }

@@ -38,7 +38,7 @@ struct Options {
               translate_text;
   std::string profile;  // Chrome trace of a few training steps
   int64_t profile_steps = 5;
-  bool resume = false, memory = false;
+  bool resume = false, memory = false, recompute = false;
 };
 
 double now_seconds() {
@@ -149,6 +149,7 @@ int run(const Options& o) {
   mc.dropout = o.dropout;
   mc.attn_scale = o.attn_scale;
   auto model = translate::build_model(mc, task.source, task.target);
+  model->encoder->recompute = model->decoder->recompute = o.recompute;  // training only: not in the config
   model->to(device);
   // Several processes: the global batches come from a generator every rank shares (a copy of the
   // default generator after initialisation, so with --dropout 0 the batches are those of the
@@ -396,6 +397,9 @@ int main(int argc, char** argv) {
                   "and print the top ops");
   args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
   args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
+  args.add_flag("recompute", &o.recompute,
+                "checkpoint every encoder and decoder layer: backward recomputes its forward instead of keeping "
+                "its activations (same results, less memory, about one more forward of time)");
   args.add_int("train-size", &o.train_size, "training pairs to generate", 100, 10000000);
   args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
   args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);

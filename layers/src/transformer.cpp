@@ -5,6 +5,7 @@
 
 #include "heed/autograd.h"
 #include "heed/nn/init.h"
+#include "heed/nn/recompute.h"
 #include "heed/ops.h"
 
 namespace heed::nn {
@@ -79,7 +80,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, c
 // ---- stacks ---------------------------------------------------------------------------------
 
 TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers)
-    : Module("TransformerEncoder") {
+    : Module("TransformerEncoder"), recompute(o.recompute) {
   HEED_CHECK(num_layers > 0, "TransformerEncoder", "needs at least one layer, got {}", num_layers);
   layers = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(o));
@@ -87,13 +88,21 @@ TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t
 }
 
 Tensor TransformerEncoder::forward(const Tensor& x, const F::AttentionMask& mask) const {
-  Tensor h = x;
-  for (size_t i = 0; i < layers->size(); ++i) h = layer(i)->forward(h, mask);
+  Tensor h = x;  // (B,S,C)
+  const bool checkpointed = recompute && grad_mode_enabled();
+  for (size_t i = 0; i < layers->size(); ++i) {
+    if (checkpointed) {
+      h = checkpoint([layer = layer(i), mask](const std::vector<Tensor>& in) { return layer->forward(in[0], mask); },
+                     {h});
+    } else {
+      h = layer(i)->forward(h, mask);
+    }
+  }
   return norm ? norm->forward(h) : h;
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers)
-    : Module("TransformerDecoder") {
+    : Module("TransformerDecoder"), recompute(o.recompute) {
   HEED_CHECK(num_layers > 0, "TransformerDecoder", "needs at least one layer, got {}", num_layers);
   layers = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(o));
@@ -104,9 +113,19 @@ Tensor TransformerDecoder::forward(const Tensor& x, const Tensor& memory, const 
                                    const F::AttentionMask& memory_mask, std::vector<DecoderLayerCache>* caches) const {
   HEED_CHECK(!caches || caches->size() == layers->size(), "TransformerDecoder", "got {} layer caches for {} layers",
              caches ? caches->size() : 0, layers->size());
-  Tensor h = x;
-  for (size_t i = 0; i < layers->size(); ++i)
-    h = layer(i)->forward(h, memory, self_mask, memory_mask, caches ? &(*caches)[i] : nullptr);
+  Tensor h = x;  // (B,T,C)
+  const bool checkpointed = recompute && grad_mode_enabled() && !caches;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    if (checkpointed) {
+      h = checkpoint(
+          [layer = layer(i), self_mask, memory_mask](const std::vector<Tensor>& in) {
+            return layer->forward(in[0], in[1], self_mask, memory_mask);
+          },
+          {h, memory});
+    } else {
+      h = layer(i)->forward(h, memory, self_mask, memory_mask, caches ? &(*caches)[i] : nullptr);
+    }
+  }
   return norm ? norm->forward(h) : h;
 }
 
@@ -207,7 +226,15 @@ Tensor TransformerLM::forward(const Tensor& idx, std::vector<KVCache>* caches) c
   Tensor x = embed_dropout->forward(tok_embed->forward(idx) + pos_embed->forward(T, offset));  // (B,T,C)
   F::AttentionMask causal;
   causal.causal = options_.causal;
-  for (size_t i = 0; i < blocks->size(); ++i) x = block(i)->forward(x, causal, caches ? &(*caches)[i] : nullptr);
+  const bool checkpointed = options_.recompute && grad_mode_enabled() && !caches;
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    if (checkpointed) {
+      x = checkpoint([blk = block(i), causal](const std::vector<Tensor>& in) { return blk->forward(in[0], causal); },
+                     {x});
+    } else {
+      x = block(i)->forward(x, causal, caches ? &(*caches)[i] : nullptr);
+    }
+  }
   x = norm->forward(x);
   return head ? head->forward(x) : matmul(x, tok_embed->weight.t());  // (B,T,V)
 }

@@ -124,6 +124,16 @@ std::vector<std::string> recorded_op_names();
 // Runs the backward pass from `roots` with the given seed gradients.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
 
+// From inside a pass (a Node's backward closure: nn::checkpoint's recomputation), backpropagates
+// `grads` from `roots` as part of the pass running now, and returns the gradients of `inputs`
+// (leaves of the roots' graph that require grad; undefined where none arrived) without writing
+// their .grad. Every other leaf is treated as the running pass treats it: backward() accumulates
+// into .grad and runs its hooks, heed::grad() captures it if it was asked for (summed with
+// what the rest of the pass gives it). Callbacks queued go to the running pass (they run when it
+// ends) and current_engine_pass_id() stays that pass's. Throws outside a pass.
+std::vector<Tensor> backward_within_pass(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                                         const std::vector<Tensor>& inputs);
+
 // Computes d(outputs)/d(inputs) without touching .grad of any tensor (torch.autograd.grad).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);

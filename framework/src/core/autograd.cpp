@@ -30,10 +30,12 @@ BackwardObserver g_backward_observer;
 
 // The pass this thread is running (innermost, if a hook started another one) and the
 // callbacks queued for its end.
+struct EngineCapture;
 struct PassFrame {
   EnginePass kind = EnginePass::None;
   uint64_t id = 0;
   std::vector<std::function<void()>> callbacks;
+  EngineCapture* capture = nullptr;  // heed::grad()'s capture (Grad passes)
 };
 thread_local PassFrame* g_current_pass = nullptr;
 std::atomic<uint64_t> g_next_pass_id{1};
@@ -209,11 +211,15 @@ struct EngineCapture {
   std::unordered_map<const Node*, Tensor> nodes;         // non-leaf input's grad_fn -> gradient
 };
 
+// `joined`: run as part of the pass this thread is running (backward_within_pass): the same pass
+// id, its capture (if it is a heed::grad() pass) and its callbacks; the leaves of `joined`
+// (the caller's inputs) have their gradients captured there and nowhere else.
 void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, bool retain_graph,
-                EngineCapture* capture) {
+                EngineCapture* capture, EngineCapture* joined = nullptr) {
   NoGradGuard no_grad;
-  PassFrame frame{capture ? EnginePass::Grad : EnginePass::Backward, g_next_pass_id++, {}};
   PassFrame* const outer_pass = g_current_pass;
+  PassFrame own_frame{capture ? EnginePass::Grad : EnginePass::Backward, joined ? 0 : g_next_pass_id++, {}, capture};
+  PassFrame& frame = joined ? *outer_pass : own_frame;
   g_current_pass = &frame;
   struct RestorePass {
     PassFrame* outer;
@@ -237,8 +243,9 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
   std::vector<LeafGradient> leaf_grads;
   std::unordered_map<const TensorImpl*, size_t> leaf_slot;
   std::unordered_map<const TensorImpl*, int> leaf_dependencies;
+  const auto is_joined_input = [&](const TensorImpl* leaf) { return joined && joined->leaves.count(leaf) > 0; };
   auto deliver_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
-    if (capture && !capture->leaves.count(leaf.get())) return;
+    if (capture && !capture->leaves.count(leaf.get()) && !is_joined_input(leaf.get())) return;
     const auto [it, inserted] = leaf_slot.try_emplace(leaf.get(), leaf_grads.size());
     if (inserted) {
       leaf_grads.push_back({leaf, std::move(g), false});
@@ -251,9 +258,14 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
     if (entry.finalised) return;
     entry.finalised = true;
     Tensor total = std::move(entry.total);  // released here, not at the end of the pass
-    if (capture) {
+    if (is_joined_input(entry.leaf.get())) {
+      joined->leaves[entry.leaf.get()] = std::move(total);
+    } else if (capture) {
       // heed::grad: the leaf's hooks see (and may replace) its gradient; .grad stays as it is.
-      capture->leaves[entry.leaf.get()] = apply_hooks(entry.leaf->hooks, total);
+      // (Summed with what an earlier joined pass captured for the same leaf.)
+      Tensor& captured = capture->leaves[entry.leaf.get()];
+      Tensor hooked = apply_hooks(entry.leaf->hooks, total);
+      captured = captured.defined() ? captured + hooked : hooked;
     } else {
       accumulate_into_leaf(*entry.leaf, std::move(total));
     }
@@ -349,6 +361,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& see
   }
 
   for (LeafGradient& entry : leaf_grads) finalise_leaf(entry);
+  if (joined) return;  // the pass this one joined runs the callbacks when it ends
 
   // Callbacks queued during the pass (and by these callbacks), in order.
   for (size_t i = 0; i < frame.callbacks.size(); ++i) {
@@ -389,6 +402,23 @@ std::vector<Tensor> seeds_for(const std::vector<Tensor>& roots, const std::vecto
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   run_engine(roots, seeds_for(roots, grads, "backward"), retain_graph, nullptr);
+}
+
+std::vector<Tensor> backward_within_pass(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                                         const std::vector<Tensor>& inputs) {
+  HEED_CHECK(g_current_pass != nullptr, "backward_within_pass",
+             "called outside a backward pass (call it from a backward closure)");
+  EngineCapture joined;
+  for (const Tensor& in : inputs) {
+    detail::check_defined(in, "backward_within_pass", "input");
+    HEED_CHECK(in.requires_grad() && !in.grad_fn(), "backward_within_pass",
+               "input of shape {} must be a leaf that requires grad", shape_str(in.shape()));
+    joined.leaves[in.impl_ptr().get()] = Tensor();
+  }
+  run_engine(roots, seeds_for(roots, grads, "backward"), /*retain_graph=*/false, g_current_pass->capture, &joined);
+  std::vector<Tensor> result;
+  for (const Tensor& in : inputs) result.push_back(joined.leaves[in.impl_ptr().get()]);
+  return result;
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

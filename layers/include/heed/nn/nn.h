@@ -5,4 +5,5 @@
 #include "heed/nn/init.h"         // IWYU pragma: export
 #include "heed/nn/layers.h"       // IWYU pragma: export
 #include "heed/nn/module.h"       // IWYU pragma: export
+#include "heed/nn/recompute.h"    // IWYU pragma: export
 #include "heed/nn/transformer.h"  // IWYU pragma: export

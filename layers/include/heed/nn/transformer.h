@@ -28,6 +28,10 @@ struct TransformerLayerOptions {
   bool bias = true;
   // Projection layout, scale mode, shared K/V, window, init of the attention sublayers.
   MultiHeadAttentionOptions attention;
+  // The encoder/decoder stacks checkpoint every layer (nn::checkpoint): backward recomputes a
+  // layer's forward from its inputs instead of keeping its activations. Training only (no
+  // effect with grad mode off or with caches).
+  bool recompute = false;
 };
 
 class TransformerEncoderLayer : public Module {
@@ -75,6 +79,7 @@ class TransformerEncoder : public Module {
   std::shared_ptr<LayerNorm> norm;  // pre-LN only
   size_t size() const { return layers->size(); }
   std::shared_ptr<TransformerEncoderLayer> layer(size_t i) const { return layers->at<TransformerEncoderLayer>(i); }
+  bool recompute = false;  // checkpoint every layer (TransformerLayerOptions::recompute)
 };
 
 class TransformerDecoder : public Module {
@@ -86,6 +91,7 @@ class TransformerDecoder : public Module {
   std::shared_ptr<LayerNorm> norm;  // pre-LN only
   size_t size() const { return layers->size(); }
   std::shared_ptr<TransformerDecoderLayer> layer(size_t i) const { return layers->at<TransformerDecoderLayer>(i); }
+  bool recompute = false;  // checkpoint every layer (TransformerLayerOptions::recompute)
 };
 
 enum class PositionalKind { Sinusoidal, Learned };
@@ -145,6 +151,9 @@ struct TransformerLMOptions {
   ProjectionLayout layout = ProjectionLayout::FusedQKV;
   AttentionScale scale = AttentionScale::SqrtDk;
   bool causal = true;  // false only to plant a fault for the doctor's tests
+  // Checkpoint every block (nn::checkpoint): backward recomputes each block's forward from its
+  // input instead of keeping its activations. No effect with grad mode off or with caches.
+  bool recompute = false;
 };
 
 // Decoder-only language model: token + learned position embeddings, pre-LN causal blocks,
