@@ -80,11 +80,26 @@ TEST_CASE("profiler: a Linear layer's GEMMs carry 2*m*n*k FLOPs each, forward an
   // y = x W^T, dx = dy W, dW = dy^T x: three GEMMs of 2 * batch * in * out FLOPs each.
   CHECK(gemm_calls == 3);
   CHECK(gemm_flops == doctest::Approx(3.0 * 2.0 * batch * in * out));
-  // linear runs matmul, a nested op: matmul's span gets the forward GEMM's FLOPs (self cost),
-  // linear's keeps only what it runs itself (the bias add), and matmul's self time is not
-  // linear's.
+  // With a bias, linear runs its GEMM itself (the bias is the GEMM's epilogue): its span has the
+  // forward GEMM's FLOPs and no matmul op nests in it. Without a bias it runs matmul, a nested
+  // op: matmul's span gets the GEMM's FLOPs (self cost), linear's keeps none, and matmul's self
+  // time is not linear's.
   int linear_spans = 0, matmul_spans = 0;
   for (const profile::Event& e : profiler.events()) {
+    if (e.kind == profile::Kind::Op && e.name == "linear") {
+      ++linear_spans;
+      CHECK(e.flops == doctest::Approx(2.0 * batch * in * out));
+    }
+    if (e.kind == profile::Kind::Op && e.name == "matmul") ++matmul_spans;
+  }
+  CHECK(linear_spans == 1);
+  CHECK(matmul_spans == 0);
+
+  profile::Profiler no_bias_profiler;
+  sum(F::linear(x, w)).backward();
+  no_bias_profiler.stop();
+  linear_spans = matmul_spans = 0;
+  for (const profile::Event& e : no_bias_profiler.events()) {
     if (e.kind == profile::Kind::Op && e.name == "linear") {
       ++linear_spans;
       CHECK(e.flops < 2.0 * batch * in * out);

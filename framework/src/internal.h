@@ -56,6 +56,10 @@ inline int64_t prod(const Dims& shape, int begin, int end) {
 // Raw (non-recording) kernels used by op backwards.
 Tensor binary_raw(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const char* name);
 Tensor unary_raw(kernels::UnaryOp op, const Tensor& x, double alpha, const char* name);
+// F::linear with a bias: x (..., K) @ w_t (K, N) + bias (N) with the bias as the gemm's epilogue,
+// recorded as one "linear" node (ops/matmul.cpp). x, w_t and bias on one device, one dtype that
+// computes as itself (float32/float64), outside autocast.
+Tensor linear_with_bias(const Tensor& x, const Tensor& w_t, const Tensor& bias);
 
 // ---- the op registry ------------------------------------------------------------------------
 // Every name heed's own ops record on the tape: the differentiable rows of the element-wise
@@ -68,9 +72,9 @@ Tensor unary_raw(kernels::UnaryOp op, const Tensor& x, double alpha, const char*
 // clang-format off
 #define HEED_HAND_WRITTEN_RECORDED_OPS(X)                                                        \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(clamp) X(where) X(masked_fill)       \
-  X(sum) X(var) X(max) X(min) X(matmul) X(layer_norm) X(softmax) X(log_softmax) X(cross_entropy)  \
-  X(dropout) X(flash_attention) X(flash_attention_packed) X(scaled_dot_product_attention)        \
-  X(view) X(permute) X(slice) X(select) X(expand) X(cat) X(index_select) X(gather)               \
+  X(sum) X(var) X(max) X(min) X(matmul) X(linear) X(layer_norm) X(softmax) X(log_softmax)        \
+  X(cross_entropy) X(dropout) X(flash_attention) X(flash_attention_packed)                      \
+  X(scaled_dot_product_attention) X(view) X(permute) X(slice) X(select) X(expand) X(cat) X(index_select) X(gather)               \
   X(to_dtype) X(to_device) X(contiguous) X(clone)
 // clang-format on
 

@@ -5,7 +5,8 @@
 // dims must collapse to a single stride (0 for broadcast), otherwise the operand is copied
 // once. A 2-D right operand with a batched left operand is one big gemm, (B*M,K) @ (K,N).
 // Under amp::Autocast the operands are cast to the autocast dtype first (16-bit output,
-// float32 accumulation); backward uses matmul_raw and never autocasts.
+// float32 accumulation); backward uses matmul_raw and never autocasts. F::linear's bias is a
+// gemm epilogue (detail::linear_with_bias): written into the output, the gemm adds onto it.
 #include "heed/autocast.h"
 #include "heed/autograd.h"
 #include "heed/ops.h"
@@ -87,8 +88,10 @@ GemmOperand make_operand(const Tensor& t, const Dims& batch_shape) {
   return op;
 }
 
-// Forward of a matmul of two >= 2-D tensors of the same floating dtype (no autograd).
-Tensor matmul_raw(const Tensor& a, const Tensor& b) {
+// Forward of a matmul of two >= 2-D tensors of the same floating dtype (no autograd). With
+// `bias` (1-D, the output's last dim, the compute dtype): out = a @ b + bias, the bias written
+// into the output first and the gemm accumulating onto it (beta = 1): no second pass.
+Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
   const int na = a.dim(), nb = b.dim();
   const int64_t m = a.shape()[na - 2], k = a.shape()[na - 1], n = b.shape()[nb - 1];
   const Dims batch_a(a.shape().begin(), a.shape().begin() + na - 2);
@@ -101,8 +104,12 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   const DType compute = detail::compute_dtype(dtype);
   Tensor out = detail::make_empty(out_shape, compute, a.device());
   if (out.numel() == 0) return dtype == compute ? out : out.to(dtype);
+  if (bias.defined()) {
+    NoGradGuard no_grad;
+    out.copy_(bias.expand(out_shape));
+  }
   if (k == 0) {
-    out.fill_(0.0);
+    if (!bias.defined()) out.fill_(0.0);
     return dtype == compute ? out : out.to(dtype);
   }
   const Tensor A = dtype == compute ? a : a.to(compute);
@@ -117,6 +124,7 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   args.ldc = n;
   args.batch = shape_numel(batch);
   args.batch_stride_c = m * n;
+  args.beta = bias.defined() ? 1.0 : 0.0;
   bool done = false;
   // (..., M, K) @ (K, N) with row-major left rows: one gemm over all B*M rows.
   if (batch_b.empty() && !batch.empty()) {
@@ -150,43 +158,78 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   return dtype == compute ? out : out.to(dtype);
 }
 
+// What the backward of out = a @ b (+ bias) keeps, and the gradients it computes from dC.
+struct MatmulBackward {
+  bool need_a = false, need_b = false;
+  SavedTensor saved_a, saved_b;  // a only if b needs a gradient, and the other way round
+  Dims shape_a, shape_b;
+  // b a transposed view of a contiguous matrix (Linear's weight.t()): dB is computed in that
+  // layout too, so the transpose's backward hands the weight a contiguous gradient it can
+  // keep without a copy (autograd.cpp, accumulate_into_leaf).
+  bool b_transposed = false;
+
+  MatmulBackward(const Tensor& a, const Tensor& b, const char* op)
+      : need_a(a.requires_grad()),
+        need_b(b.requires_grad()),
+        saved_a(need_b ? a : Tensor(), op),
+        saved_b(need_a ? b : Tensor(), op),
+        shape_a(a.shape()),
+        shape_b(b.shape()),
+        b_transposed(shape_b.size() == 2 && b.strides()[0] == 1 && b.strides()[1] == shape_b[0]) {}
+
+  // {dA, dB} from dC (undefined where not needed).
+  std::vector<Tensor> operator()(const Tensor& g) const {
+    Tensor ga, gb;
+    if (need_a) {
+      Tensor b = saved_b.get();
+      ga = sum_to(matmul_raw(g, b.transpose(-1, -2)), shape_a);
+    }
+    if (need_b) {
+      Tensor a = saved_a.get();
+      if (shape_b.size() == 2) {
+        // dB = A^T dC summed over the batch: one gemm over the flattened rows
+        // (or (dC^T A)^T, the same product written in b's transposed layout).
+        const int64_t k = shape_a.back(), n = g.shape().back();
+        const Tensor a_rows = a.reshape({-1, k}), g_rows = g.reshape({-1, n});
+        gb = b_transposed ? matmul_raw(g_rows.t(), a_rows).t() : matmul_raw(a_rows.t(), g_rows);
+      } else {
+        gb = sum_to(matmul_raw(a.transpose(-1, -2), g), shape_b);
+      }
+    }
+    return {ga, gb};
+  }
+};
+
 // Differentiable matmul of two >= 2-D tensors.
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Tensor out = matmul_raw(a.detach(), b.detach());
-  if (any_requires_grad({&a, &b})) {
-    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    SavedTensor sa(need_b ? a : Tensor(), "matmul"), sb(need_a ? b : Tensor(), "matmul");
-    const Dims shape_a = a.shape(), shape_b = b.shape();
-    // b a transposed view of a contiguous matrix (Linear's weight.t()): dB is computed in that
-    // layout too, so the transpose's backward hands the weight a contiguous gradient it can
-    // keep without a copy (autograd.cpp, accumulate_into_leaf).
-    const bool b_transposed = shape_b.size() == 2 && b.strides()[0] == 1 && b.strides()[1] == shape_b[0];
-    detail::record("matmul", {&a, &b}, out,
-                   [need_a, need_b, sa, sb, shape_a, shape_b, b_transposed](const Tensor& g) -> std::vector<Tensor> {
-                     Tensor ga, gb;
-                     if (need_a) {
-                       Tensor b = sb.get();
-                       ga = sum_to(matmul_raw(g, b.transpose(-1, -2)), shape_a);
-                     }
-                     if (need_b) {
-                       Tensor a = sa.get();
-                       if (shape_b.size() == 2) {
-                         // dB = A^T dC summed over the batch: one gemm over the flattened rows
-                         // (or (dC^T A)^T, the same product written in b's transposed layout).
-                         const int64_t k = shape_a.back(), n = g.shape().back();
-                         const Tensor a_rows = a.reshape({-1, k}), g_rows = g.reshape({-1, n});
-                         gb = b_transposed ? matmul_raw(g_rows.t(), a_rows).t() : matmul_raw(a_rows.t(), g_rows);
-                       } else {
-                         gb = sum_to(matmul_raw(a.transpose(-1, -2), g), shape_b);
-                       }
-                     }
-                     return {ga, gb};
-                   });
-  }
+  if (any_requires_grad({&a, &b}))
+    detail::record("matmul", {&a, &b}, out, [backward = MatmulBackward(a, b, "matmul")](const Tensor& g) {
+      return backward(g);
+    });
   return out;
 }
 
 }  // namespace
+
+// x (..., K) @ w_t (K, N) + bias (N) in one gemm (the bias epilogue), one recorded "linear" node:
+// its backward is the matmul's plus the bias's row sum. The caller checks that x, w_t and bias
+// share one device and a dtype computed as itself (float32/float64), outside autocast.
+Tensor detail::linear_with_bias(const Tensor& x, const Tensor& w_t, const Tensor& bias) {
+  const Tensor a = x.dim() == 1 ? x.unsqueeze(0) : x;
+  Tensor out = matmul_raw(a.detach(), w_t.detach(), bias.detach().contiguous());
+  if (any_requires_grad({&a, &w_t, &bias})) {
+    const bool need_bias = bias.requires_grad();
+    const Dims bias_shape = bias.shape();
+    detail::record("linear", {&a, &w_t, &bias}, out,
+                   [backward = MatmulBackward(a, w_t, "linear"), need_bias, bias_shape](const Tensor& g) {
+                     std::vector<Tensor> grads = backward(g);
+                     grads.push_back(need_bias ? sum_to(g, bias_shape) : Tensor());
+                     return grads;
+                   });
+  }
+  return x.dim() == 1 ? out.squeeze(0) : out;
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   HEED_PROFILE_OP("matmul", &a, &b);

@@ -80,6 +80,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Tensor out = matmul(amp::cast_to_autocast_dtype(x), w.t());
     return bias.defined() ? out + amp::cast_to_autocast_dtype(bias) : out;
   }
+  if (bias.defined() && x.dtype() == weight.dtype() && bias.dtype() == x.dtype() &&
+      detail::compute_dtype(x.dtype()) == x.dtype() && bias.device() == x.device())
+    return detail::linear_with_bias(x, weight.t(), bias);  // the bias as the gemm's epilogue
   Tensor out = matmul(x, weight.t());
   if (bias.defined()) out = out + bias;
   return out;
