@@ -5,7 +5,7 @@
 //
 // Under AddressSanitizer freed memory sits in ASan's quarantine (it grows the resident set by
 // design), so the VmRSS bound is checked only in non-ASan builds; the allocator checks, and
-// LeakSanitizer at exit, cover that build.
+// LeakSanitizer at exit, cover that build. A second case checks the bound on the cache.
 #include <doctest/doctest.h>
 
 #include <heed/heed.h>
@@ -96,4 +96,32 @@ TEST_CASE("1,000 training steps hold a flat resident set and allocator footprint
   CHECK(rss_peak - rss_warm < 512);
   CHECK(rss_end - rss_warm < 512);
 #endif
+}
+
+TEST_CASE("the allocator's cache stays within the in-use high-water mark plus its slack") {
+  // Blocks of ever new size classes, each freed before the next: an unbounded cache would keep
+  // them all. Before each new block comes from the system, the cache gives back its largest
+  // blocks until in use + cached fits the peak in use plus max(64 MB, peak / 16).
+  const auto budget = [](const AllocatorStats& s) {
+    return s.peak_bytes_in_use + std::max<size_t>(size_t{64} << 20, s.peak_bytes_in_use / 16);
+  };
+  size_t freed = 0;
+  for (int64_t mb : {20, 24, 28, 40, 48, 56, 80, 96, 112, 160, 192, 224}) {
+    {
+      const Tensor block = empty({mb << 18});  // mb MB of float32
+      freed += static_cast<size_t>(mb) << 20;
+      const AllocatorStats s = cpu_allocator_stats();
+      CHECK(s.bytes_in_use + s.bytes_cached <= budget(s));
+    }
+    const AllocatorStats s = cpu_allocator_stats();
+    CHECK(s.bytes_in_use + s.bytes_cached <= budget(s));  // freeing moves bytes, adds none
+  }
+  const AllocatorStats end = cpu_allocator_stats();
+  MESSAGE("freed ", freed >> 20, " MB in 12 classes; cached at the end ", end.bytes_cached >> 20, " MB, budget ",
+          budget(end) >> 20, " MB");
+  if (freed > budget(end)) CHECK(end.bytes_cached < freed);
+  // A block of a size seen before still comes from the cache.
+  const uint64_t hits = end.cache_hits;
+  { const Tensor again = empty({int64_t{224} << 18}); }
+  CHECK(cpu_allocator_stats().cache_hits == hits + 1);
 }

@@ -2,11 +2,17 @@
 //
 // Invariants: blocks are 64-byte aligned; sizes are rounded up to a size class (within
 // 12.5% of the request) and freed blocks are kept per class for reuse, so a training loop
-// in steady state allocates nothing from the system. The cache holds at most
-// kMaxCachedBytes; beyond that freed blocks go back to the system. Thread safe.
+// in steady state allocates nothing from the system. The cache is bounded by the working set:
+// before a block comes from the system, cached blocks (largest classes first) go back to the
+// system until the bytes held (in use + cached) are within the largest in-use total seen so
+// far plus a slack of 1/16 of it (at least kMinSlackBytes). So the process never holds much
+// more than its tensors' peak (no second copy of the working set in blocks of the wrong
+// sizes, such as an initialiser's float64 temporaries), and a step whose sizes repeat still
+// finds every block in the cache. Thread safe.
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "cpu_kernels.h"
@@ -18,7 +24,7 @@ namespace heed {
 namespace {
 
 constexpr size_t kAlignment = 64;
-constexpr size_t kMaxCachedBytes = size_t{4} << 30;
+constexpr size_t kMinSlackBytes = size_t{64} << 20;
 
 size_t size_class(size_t n) {
   if (n <= 4096) return std::max<size_t>(kAlignment, (n + kAlignment - 1) / kAlignment * kAlignment);
@@ -31,11 +37,32 @@ size_t size_class(size_t n) {
 
 struct CachingAllocator {
   std::mutex mutex;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  std::map<size_t, std::vector<void*>> free_blocks;  // by size class, ascending
   AllocatorStats stats;
+
+  // What the bytes held may reach: the in-use high-water mark plus the slack.
+  size_t budget() const {
+    return stats.peak_bytes_in_use + std::max(kMinSlackBytes, stats.peak_bytes_in_use / 16);
+  }
+  // Under the lock: takes cached blocks, largest classes first, until the bytes held fit the
+  // budget; the caller frees them after unlocking.
+  std::vector<void*> take_blocks_over_budget() {
+    std::vector<void*> released;
+    const auto over_budget = [&] { return stats.bytes_in_use + stats.bytes_cached > budget(); };
+    for (auto it = free_blocks.rbegin(); it != free_blocks.rend() && over_budget(); ++it) {
+      std::vector<void*>& blocks = it->second;  // (a class's list stays, possibly empty)
+      while (!blocks.empty() && over_budget()) {
+        released.push_back(blocks.back());
+        blocks.pop_back();
+        stats.bytes_cached -= it->first;
+      }
+    }
+    return released;
+  }
 
   void* allocate(size_t n) {
     const size_t cls = size_class(n);
+    std::vector<void*> released;
     {
       std::lock_guard<std::mutex> lock(mutex);
       auto it = free_blocks.find(cls);
@@ -51,7 +78,9 @@ struct CachingAllocator {
       stats.system_allocations++;
       stats.bytes_in_use += cls;
       stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
+      released = take_blocks_over_budget();
     }
+    for (void* block : released) std::free(block);
     void* p = std::aligned_alloc(kAlignment, cls);
     if (!p) {
       release_cache();  // try again with the cache returned to the system
@@ -70,17 +99,13 @@ struct CachingAllocator {
     {
       std::lock_guard<std::mutex> lock(mutex);
       stats.bytes_in_use -= cls;
-      if (stats.bytes_cached + cls <= kMaxCachedBytes) {
-        free_blocks[cls].push_back(p);
-        stats.bytes_cached += cls;
-        return;
-      }
+      free_blocks[cls].push_back(p);  // the bytes held do not change: in use -> cached
+      stats.bytes_cached += cls;
     }
-    std::free(p);
   }
 
   void release_cache() {
-    std::unordered_map<size_t, std::vector<void*>> blocks;
+    std::map<size_t, std::vector<void*>> blocks;
     {
       std::lock_guard<std::mutex> lock(mutex);
       blocks.swap(free_blocks);

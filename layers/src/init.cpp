@@ -10,10 +10,11 @@
 namespace heed::nn::init {
 
 namespace {
-// Initialisation writes in place without recording history (allowed on parameters).
+// Initialisation writes in place without recording history (allowed on parameters). On the
+// same device the copy converts the dtype itself (no converted temporary).
 Tensor& write(Tensor& t, const Tensor& values) {
   NoGradGuard no_grad;
-  t.copy_(values.to(t.dtype()).to(t.device()));
+  t.copy_(values.device() == t.device() ? values : values.to(t.dtype()).to(t.device()));
   return t;
 }
 }  // namespace
@@ -41,7 +42,9 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator* generator) {
 Tensor& normal_(Tensor& t, double mean, double std, Generator* generator) {
   check_floating_target(t, "normal_");
   HEED_CHECK(std >= 0, "normal_", "std must be non-negative, got {}", std);
-  return write(t, randn(t.shape(), generator_or_default(generator), kFloat64) * std + mean);
+  Tensor values = randn(t.shape(), generator_or_default(generator), kFloat64);  // float64 draws, one buffer
+  values.mul_(std).add_(mean);
+  return write(t, values);
 }
 Tensor& constant_(Tensor& t, double value) { return write(t, full(t.shape(), value, kFloat64)); }
 Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }

@@ -476,10 +476,22 @@ void check_integral_scalar(const Tensor& target, double value, const char* op) {
              "to a floating dtype first",
              dtype_name(target.dtype()), shape_str(target.shape()), value);
 }
-}  // namespace
 
+// A floating, contiguous tensor updated by a scalar: the element-wise kernel reads and writes
+// its own storage (in == out is safe element by element), with no temporary of its size. The
+// same kernel and scalar as the out-of-place op, so the same values. False: not applicable.
+bool scalar_update_in_storage(Tensor& target, kernels::UnaryOp op, double value, const char* name) {
+  if (!target.defined() || !is_floating(target.dtype()) || !target.is_contiguous()) return false;
+  HEED_PROFILE_OP(name, &target);
+  detail::prepare_inplace(target, name);
+  if (target.numel() > 0)
+    HEED_KERNEL(target.device(), unary)(op, target.dtype(), target.raw_data(), target.raw_data(), target.numel(), value);
+  return true;
+}
+}  // namespace
 Tensor& Tensor::add_(double value) {
   check_integral_scalar(*this, value, "add_");
+  if (scalar_update_in_storage(*this, kernels::UnaryOp::AddScalar, value, "add_")) return *this;
   return inplace_update(*this, "add_", {}, [&] { return heed::add_scalar(*this, value); });
 }
 Tensor& Tensor::sub_(const Tensor& other) {
@@ -490,6 +502,7 @@ Tensor& Tensor::mul_(const Tensor& other) {
 }
 Tensor& Tensor::mul_(double value) {
   check_integral_scalar(*this, value, "mul_");
+  if (scalar_update_in_storage(*this, kernels::UnaryOp::MulScalar, value, "mul_")) return *this;
   return inplace_update(*this, "mul_", {}, [&] { return heed::mul_scalar(*this, value); });
 }
 Tensor& Tensor::div_(double value) {
