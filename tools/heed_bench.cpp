@@ -18,6 +18,7 @@
 //  * matmul: 2 * M * N * K.
 #include <cblas.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <heed/heed.h>
 
 #include <sys/resource.h>
@@ -145,15 +146,26 @@ int lm_case(const Options& o) {
     opt.step();
     return loss.item<double>();
   };
-  for (int64_t i = 0; i < o.warmup; ++i) step();
+  // With --memory: the process's peak resident set after each step (warm-up steps included),
+  // to show whether it still grows after the first step.
+  std::vector<long> peak_rss_mb_by_step;
+  const auto note_rss = [&] {
+    if (o.memory) peak_rss_mb_by_step.push_back(status_kb("VmHWM:") / 1024);
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) {
+    step();
+    note_rss();
+  }
   std::vector<double> times;
   for (int64_t i = 0; i < o.steps; ++i) {
     const double t0 = now_seconds();
     step();
+    note_rss();
     times.push_back(now_seconds() - t0);
   }
   const double ms = median(times) * 1e3;
-  const std::string memory = memory_fields(o);
+  std::string memory = memory_fields(o);
+  if (o.memory) memory += fmt::format(", \"peak_rss_mb_by_step\": [{}]", fmt::join(peak_rss_mb_by_step, ", "));
   const std::string profiled = profile_steps(o, step);
   const double C = static_cast<double>(o.d), L = static_cast<double>(o.layers), V = static_cast<double>(o.vocab),
                BT = static_cast<double>(o.batch * o.seq), T = static_cast<double>(o.seq);
