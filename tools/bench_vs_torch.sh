@@ -98,8 +98,9 @@ for set in $KERNEL_SETS; do
   fi
 done
 
+ceilings_text=$(printf '%s; ' "${ceilings[@]}")
 {
-  echo "Machine: $cpu, 2 threads; $blas. $(IFS=';'; echo "${ceilings[*]}")."
+  echo "Machine: $cpu, 2 threads; $blas. ${ceilings_text%; }."
   echo "Medians of $rounds rounds, heed and PyTorch alternately (tools/bench_vs_torch.sh)."
   echo
   echo "| BLAS kernels | case | heed ms | PyTorch ms | PyTorch / heed | heed GFLOP/s (of ceiling) |"
