@@ -133,8 +133,8 @@ TEST_CASE("checkpoint: a function's float64 gradients equal the plain function's
   for (size_t i = 0; i < wrt.size(); ++i) CHECK(bitwise_equal(expected[i], wrt[i].grad()));
 
   // Finite differences through the checkpointed function (gradcheck differentiates with grad()).
-  const GradcheckResult check = gradcheck(
-      [&](const std::vector<Tensor>& in) { return nn::checkpoint(function, in); }, {x, scale});
+  const GradcheckResult check =
+      gradcheck([&](const std::vector<Tensor>& in) { return nn::checkpoint(function, in); }, {x, scale});
   CHECK_MESSAGE(check.passed, check.message);
 }
 
@@ -215,8 +215,8 @@ TEST_CASE("checkpoint: misuse is refused with the op's name") {
     // A function that does not compute the same output twice.
     int calls = 0;
     const Tensor x = randn({2, 3}).requires_grad_();
-    Tensor y = nn::checkpoint(
-        [&](const std::vector<Tensor>& in) { return ++calls == 1 ? in[0] * 2.0 : in[0].sum(); }, {x});
+    Tensor y =
+        nn::checkpoint([&](const std::vector<Tensor>& in) { return ++calls == 1 ? in[0] * 2.0 : in[0].sum(); }, {x});
     const std::string message = error_message([&] { y.sum().backward(); });
     CHECK(message.find("heed::checkpoint:") == 0);
     CHECK(message.find("the recomputation returned") != std::string::npos);

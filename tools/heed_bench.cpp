@@ -176,8 +176,8 @@ int lm_case(const Options& o) {
       "\"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s%s}\n",
       static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
       static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.recompute ? " recompute" : "", ms,
-      BT / ms * 1e3, flops / ms / 1e6,
-      peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(), machine_fields().c_str());
+      BT / ms * 1e3, flops / ms / 1e6, peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(),
+      machine_fields().c_str());
   return 0;
 }
 

@@ -41,9 +41,7 @@ struct CachingAllocator {
   AllocatorStats stats;
 
   // What the bytes held may reach: the in-use high-water mark plus the slack.
-  size_t budget() const {
-    return stats.peak_bytes_in_use + std::max(kMinSlackBytes, stats.peak_bytes_in_use / 16);
-  }
+  size_t budget() const { return stats.peak_bytes_in_use + std::max(kMinSlackBytes, stats.peak_bytes_in_use / 16); }
   // Under the lock: takes cached blocks, largest classes first, until the bytes held fit the
   // budget; the caller frees them after unlocking.
   std::vector<void*> take_blocks_over_budget() {

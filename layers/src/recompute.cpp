@@ -61,40 +61,40 @@ Tensor checkpoint(RecomputedFunction function, const std::vector<Tensor>& inputs
   }
   const Dims output_shape = output.shape();
   const DType output_dtype = output.dtype();
-  record_op(
-      "checkpoint", input_pointers, output,
-      [function = std::move(function), saved = std::move(saved), input_needs_grad, rng_at_forward,
-       autocast_at_forward, output_shape, output_dtype](const Tensor& grad_output) {
-        std::vector<Tensor> replay_inputs;  // (leaves of the recomputed graph)
-        for (size_t i = 0; i < saved.size(); ++i) {
-          Tensor replay = saved[i].get().detach();
-          if (input_needs_grad[i]) replay.requires_grad_(true);
-          replay_inputs.push_back(std::move(replay));
-        }
-        Tensor recomputed;
-        {
-          GeneratorStateScope same_random_draws(rng_at_forward);
-          amp::Autocast same_autocast(autocast_at_forward);
-          EnableGradGuard grad_on;
-          recomputed = function(replay_inputs);
-        }
-        HEED_CHECK(recomputed.defined() && recomputed.shape() == output_shape && recomputed.dtype() == output_dtype,
-                   "checkpoint",
-                   "the recomputation returned {} {} where the forward returned {} {} (the function must compute "
-                   "the same output from the same inputs)",
-                   recomputed.defined() ? dtype_name(recomputed.dtype()) : "undefined",
-                   recomputed.defined() ? shape_str(recomputed.shape()) : "", dtype_name(output_dtype),
-                   shape_str(output_shape));
-        std::vector<Tensor> input_grads(replay_inputs.size());
-        if (!recomputed.requires_grad()) return input_grads;  // the output does not depend on anything trainable
-        std::vector<Tensor> wrt;
-        for (size_t i = 0; i < replay_inputs.size(); ++i)
-          if (input_needs_grad[i]) wrt.push_back(replay_inputs[i]);
-        const std::vector<Tensor> wrt_grads = backward_within_pass({recomputed}, {grad_output}, wrt);
-        for (size_t i = 0, k = 0; i < replay_inputs.size(); ++i)
-          if (input_needs_grad[i]) input_grads[i] = wrt_grads[k++];
-        return input_grads;
-      });
+  record_op("checkpoint", input_pointers, output,
+            [function = std::move(function), saved = std::move(saved), input_needs_grad, rng_at_forward,
+             autocast_at_forward, output_shape, output_dtype](const Tensor& grad_output) {
+              std::vector<Tensor> replay_inputs;  // (leaves of the recomputed graph)
+              for (size_t i = 0; i < saved.size(); ++i) {
+                Tensor replay = saved[i].get().detach();
+                if (input_needs_grad[i]) replay.requires_grad_(true);
+                replay_inputs.push_back(std::move(replay));
+              }
+              Tensor recomputed;
+              {
+                GeneratorStateScope same_random_draws(rng_at_forward);
+                amp::Autocast same_autocast(autocast_at_forward);
+                EnableGradGuard grad_on;
+                recomputed = function(replay_inputs);
+              }
+              HEED_CHECK(
+                  recomputed.defined() && recomputed.shape() == output_shape && recomputed.dtype() == output_dtype,
+                  "checkpoint",
+                  "the recomputation returned {} {} where the forward returned {} {} (the function must compute "
+                  "the same output from the same inputs)",
+                  recomputed.defined() ? dtype_name(recomputed.dtype()) : "undefined",
+                  recomputed.defined() ? shape_str(recomputed.shape()) : "", dtype_name(output_dtype),
+                  shape_str(output_shape));
+              std::vector<Tensor> input_grads(replay_inputs.size());
+              if (!recomputed.requires_grad()) return input_grads;  // the output does not depend on anything trainable
+              std::vector<Tensor> wrt;
+              for (size_t i = 0; i < replay_inputs.size(); ++i)
+                if (input_needs_grad[i]) wrt.push_back(replay_inputs[i]);
+              const std::vector<Tensor> wrt_grads = backward_within_pass({recomputed}, {grad_output}, wrt);
+              for (size_t i = 0, k = 0; i < replay_inputs.size(); ++i)
+                if (input_needs_grad[i]) input_grads[i] = wrt_grads[k++];
+              return input_grads;
+            });
   return output;
 }
 

@@ -104,10 +104,7 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(
   const DType compute = detail::compute_dtype(dtype);
   Tensor out = detail::make_empty(out_shape, compute, a.device());
   if (out.numel() == 0) return dtype == compute ? out : out.to(dtype);
-  if (bias.defined()) {
-    NoGradGuard no_grad;
-    out.copy_(bias.expand(out_shape));
-  }
+  if (bias.defined()) out.copy_(bias.expand(out_shape));  // (bias comes detached)
   if (k == 0) {
     if (!bias.defined()) out.fill_(0.0);
     return dtype == compute ? out : out.to(dtype);
@@ -204,9 +201,8 @@ struct MatmulBackward {
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Tensor out = matmul_raw(a.detach(), b.detach());
   if (any_requires_grad({&a, &b}))
-    detail::record("matmul", {&a, &b}, out, [backward = MatmulBackward(a, b, "matmul")](const Tensor& g) {
-      return backward(g);
-    });
+    detail::record("matmul", {&a, &b}, out,
+                   [backward = MatmulBackward(a, b, "matmul")](const Tensor& g) { return backward(g); });
   return out;
 }
 

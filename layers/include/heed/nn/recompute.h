@@ -44,8 +44,8 @@ Tensor checkpoint(const std::shared_ptr<M>& module, const Inputs&... inputs) {
                 "nn::checkpoint(module, ...) takes Tensor inputs; capture other arguments in a lambda");
   return checkpoint(
       [module](const std::vector<Tensor>& in) {
-        return [&]<size_t... I>(std::index_sequence<I...>) { return module->forward(in[I]...); }(
-                   std::index_sequence_for<Inputs...>{});
+        return [&]<size_t... I>(std::index_sequence<I...>) { return module->forward(in[I]...); }
+        (std::index_sequence_for<Inputs...>{});
       },
       std::vector<Tensor>{Tensor(inputs)...});
 }
