@@ -3,8 +3,11 @@
 //
 // Invariants: one kernel or copy runs at a time (a global mutex); the device arena is readable
 // only while one runs; emulated threads are ucontext fibers on private stacks, switched only
-// at __syncthreads and at thread exit; a block whose live threads cannot all reach a barrier
-// aborts with a message (a deadlock on a GPU).
+// at __syncthreads, at warp collectives and at thread exit; a block whose live threads cannot
+// all reach a barrier aborts with a message (a deadlock on a GPU); a warp collective releases
+// its warp only when all 32 lanes (fewer in a block's last, partial warp) wait at the same one;
+// every device block is followed by a guard zone that must still hold 0xFF bytes whenever a
+// kernel, copy or memset ends.
 #include "kernels/cuda/emulation/cuda_emulation.h"
 
 #include <sys/mman.h>
@@ -68,13 +71,14 @@ constexpr int kMultiprocessors = 4;
 
 constexpr size_t kArenaBytes = size_t{64} << 30;  // virtual reservation
 constexpr size_t kAlign = 256;
+constexpr size_t kGuardBytes = 256;  // after every block, 0xFF, checked
 
 struct Arena {
   char* base = nullptr;
   size_t used = 0;                           // bump pointer
   size_t protected_end = 0;                  // [base, base + protected_end) has its access set
-  std::multimap<size_t, char*> free_blocks;  // size -> block
-  std::map<const char*, size_t> live;        // block -> size
+  std::multimap<size_t, char*> free_blocks;  // usable size -> block (each followed by its guard)
+  std::map<const char*, size_t> live;        // block -> usable size (the guard zone follows)
   int open = 0;                              // nesting of accessible sections
 };
 
@@ -132,6 +136,23 @@ bool valid_device_range(const void* p, size_t n) {
   return c >= it->first && c + n <= it->first + it->second;
 }
 
+// Aborts when a guard zone lost its 0xFF bytes (a write past the end of a block); `after`
+// names the operation that just ended. The arena must be accessible.
+void check_guards(const char* after) {
+  const Arena& a = arena();
+  for (const auto& [block, size] : a.live) {
+    const unsigned char* guard = reinterpret_cast<const unsigned char*>(block) + size;
+    for (size_t i = 0; i < kGuardBytes; ++i)
+      if (guard[i] != 0xFF) {
+        std::fprintf(stderr,
+                     "heed CUDA emulator: a write past the end of a %zu-byte device block (byte %zu after its end) "
+                     "during %s\n",
+                     size, i, after);
+        std::abort();
+      }
+  }
+}
+
 // ---- fibers ---------------------------------------------------------------------------------
 
 constexpr size_t kStackBytes = 256 * 1024;
@@ -139,7 +160,14 @@ constexpr size_t kStackBytes = 256 * 1024;
 struct Fiber {
   ucontext_t context;
   ThreadIndex index;
-  enum class State { Ready, Waiting, Done } state = State::Ready;
+  unsigned linear = 0;  // x + y * bx + z * bx * by; lane = linear % 32
+  enum class State { Ready, Waiting, WarpWaiting, Done } state = State::Ready;
+  const char* warp_collective = nullptr;  // what it waits at when WarpWaiting
+};
+
+struct WarpBoard {
+  MmaBoard mma;
+  uint64_t lanes[32];
 };
 
 struct BlockRun {
@@ -149,6 +177,7 @@ struct BlockRun {
   Body body = nullptr;
   void* closure = nullptr;
   std::vector<unsigned char> shared;
+  std::vector<WarpBoard> warps;
   Fiber* running = nullptr;
 };
 
@@ -211,10 +240,101 @@ void sync_threads() {
   if (swapcontext(&self->context, &run.scheduler) != 0) die("swapcontext failed", nullptr);
 }
 
+namespace {
+
+Fiber& running_fiber(const char* what) {
+  BlockRun& run = block_run();
+  if (!in_kernel || !run.running) die("a warp operation used outside a kernel", what);
+  return *run.running;
+}
+
+unsigned lanes_in_warp(const BlockRun& run, unsigned warp) {
+  const size_t first = static_cast<size_t>(warp) * 32;
+  return static_cast<unsigned>(std::min<size_t>(32, run.fibers.size() - first));
+}
+
+// Releases every warp whose live lanes all wait at the same collective; aborts when a warp is
+// split between a collective and anything else. Returns whether a warp was released.
+bool release_warps(BlockRun& run, const char* kernel) {
+  bool released = false;
+  const unsigned warps = static_cast<unsigned>((run.fibers.size() + 31) / 32);
+  for (unsigned w = 0; w < warps; ++w) {
+    Fiber* first = &run.fibers[static_cast<size_t>(w) * 32];
+    const unsigned lanes = lanes_in_warp(run, w);
+    const Fiber* at_collective = nullptr;
+    for (unsigned l = 0; l < lanes; ++l)
+      if (first[l].state == Fiber::State::WarpWaiting) at_collective = &first[l];
+    if (!at_collective) continue;
+    for (unsigned l = 0; l < lanes; ++l) {
+      const Fiber& f = first[l];
+      const char* elsewhere = f.state == Fiber::State::Done      ? "has exited"
+                              : f.state == Fiber::State::Waiting ? "waits at __syncthreads"
+                              : std::strcmp(f.warp_collective, at_collective->warp_collective) != 0 ? f.warp_collective
+                                                                                                    : nullptr;
+      if (elsewhere) {
+        std::fprintf(stderr,
+                     "heed CUDA emulator: divergent warp in %s (block %u,%u,%u, warp %u): lane %u is at %s while lane "
+                     "%u %s%s\n",
+                     kernel, f.index.block_idx.x, f.index.block_idx.y, f.index.block_idx.z, w,
+                     at_collective->linear % 32, at_collective->warp_collective, l,
+                     f.state == Fiber::State::WarpWaiting ? "is at " : "", elsewhere);
+        std::abort();
+      }
+    }
+    for (unsigned l = 0; l < lanes; ++l) first[l].state = Fiber::State::Ready;
+    released = true;
+  }
+  return released;
+}
+
+}  // namespace
+
+unsigned lane_id() { return running_fiber("lane_id").linear % 32; }
+
+void sync_warp(unsigned mask, const char* what) {
+  BlockRun& run = block_run();
+  Fiber& self = running_fiber(what);
+  const unsigned lanes = lanes_in_warp(run, self.linear / 32);
+  const unsigned full = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+  if (mask != full) {
+    std::fprintf(stderr,
+                 "heed CUDA emulator: %s with mask 0x%08x; the emulator models whole-warp masks (0x%08x) only\n", what,
+                 mask, full);
+    std::abort();
+  }
+  self.state = Fiber::State::WarpWaiting;
+  self.warp_collective = what;
+  if (swapcontext(&self.context, &run.scheduler) != 0) die("swapcontext failed", nullptr);
+}
+
+uint64_t exchange_lane(unsigned mask, uint64_t value, unsigned source, const char* what) {
+  BlockRun& run = block_run();
+  Fiber& self = running_fiber(what);
+  const unsigned warp = self.linear / 32;
+  if (source >= lanes_in_warp(run, warp)) die("a shuffle reads a lane the block does not have", what);
+  run.warps[warp].lanes[self.linear % 32] = value;
+  sync_warp(mask, what);
+  const uint64_t got = run.warps[warp].lanes[source];
+  sync_warp(mask, what);
+  return got;
+}
+
+MmaBoard& mma_board() {
+  BlockRun& run = block_run();
+  return run.warps[running_fiber("wmma::mma_sync").linear / 32].mma;
+}
+
+uint16_t float_to_half_bits(float f) { return heed::float_to_half_bits_portable(f); }
+float half_bits_to_float(uint16_t h) { return heed::half_bits_to_float_portable(h); }
+uint16_t float_to_bfloat16_bits(float f) { return heed::float_to_bfloat16_bits(f); }
+float bfloat16_bits_to_float(uint16_t b) { return heed::bfloat16_bits_to_float(b); }
+
 unsigned char* dynamic_shared_memory() {
   BlockRun& run = block_run();
   if (!in_kernel) die("shared memory used outside a kernel", nullptr);
-  return run.shared.data();
+  // 128-byte aligned, as heed's kernels declare their dynamic shared memory.
+  const uintptr_t at = reinterpret_cast<uintptr_t>(run.shared.data());
+  return run.shared.data() + ((128 - at % 128) % 128);
 }
 
 void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t shared_bytes, Body body, void* closure) {
@@ -244,8 +364,9 @@ void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t s
   BlockRun& run = block_run();
   run.body = body;
   run.closure = closure;
-  run.shared.assign(shared_bytes, 0xFF);
+  run.shared.assign(shared_bytes + 128, 0xFF);  // room to align the start to 128 bytes
   run.fibers.resize(threads);
+  run.warps.resize((threads + 31) / 32);
   while (run.stacks.size() < threads) run.stacks.push_back(std::make_unique<char[]>(kStackBytes));
   in_kernel = true;
   unsigned long long block_counter = 0;
@@ -256,6 +377,8 @@ void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t s
         for (unsigned long long t = 0; t < threads; ++t) {
           Fiber& f = run.fibers[t];
           f.state = Fiber::State::Ready;
+          f.linear = static_cast<unsigned>(t);
+          f.warp_collective = nullptr;
           f.index.thread_idx = {static_cast<unsigned>(t % block.x), static_cast<unsigned>((t / block.x) % block.y),
                                 static_cast<unsigned>(t / (static_cast<unsigned long long>(block.x) * block.y))};
           f.index.block_idx = {bx, by, bz};
@@ -270,20 +393,38 @@ void run_kernel(const char* name, KernelKey key, dim3 grid, dim3 block, size_t s
             if (f.state != Fiber::State::Ready) continue;
             resume_fiber(run, f);
           }
-          bool any_waiting = false;
+          if (release_warps(run, name)) continue;
+          bool any_waiting = false, any_done = false;
           for (Fiber& f : run.fibers) {
             if (f.state == Fiber::State::Ready) die("a thread neither finished nor reached a barrier", name);
             any_waiting = any_waiting || f.state == Fiber::State::Waiting;
+            any_done = any_done || f.state == Fiber::State::Done;
           }
           if (!any_waiting) break;
+          if (any_done) die("a thread exited while others of its block wait at __syncthreads", name);
           for (Fiber& f : run.fibers)
             if (f.state == Fiber::State::Waiting) f.state = Fiber::State::Ready;
         }
       }
   in_kernel = false;
+  check_guards(name);
 }
 
 }  // namespace heed_emu
+
+namespace nvcuda::wmma::detail {
+
+void check_access(const void* ptr, unsigned ldm, size_t element_bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 32 != 0 || (ldm * element_bytes) % 16 != 0 || ldm < 16) {
+    std::fprintf(stderr,
+                 "heed CUDA emulator: %s at %p with ldm %u (%zu-byte elements): the pointer must be 32-byte aligned "
+                 "and ldm a multiple of 16 bytes, at least 16 elements\n",
+                 what, ptr, ldm, element_bytes);
+    std::abort();
+  }
+}
+
+}  // namespace nvcuda::wmma::detail
 
 using heed_emu::DeviceAccess;
 
@@ -359,14 +500,15 @@ cudaError_t cudaMalloc(void** ptr, size_t nbytes) {
     block = it->second;
     a.free_blocks.erase(it);
   } else {
-    if (a.used + size > heed_emu::kArenaBytes) return heed_emu::record(cudaErrorMemoryAllocation);
+    if (a.used + size + heed_emu::kGuardBytes > heed_emu::kArenaBytes)
+      return heed_emu::record(cudaErrorMemoryAllocation);
     block = a.base + a.used;
-    a.used += size;
+    a.used += size + heed_emu::kGuardBytes;
   }
   a.live[block] = size;
   {
     DeviceAccess access;
-    std::memset(block, 0xFF, size);
+    std::memset(block, 0xFF, size + heed_emu::kGuardBytes);
   }
   *ptr = block;
   return cudaSuccess;
@@ -378,6 +520,10 @@ cudaError_t cudaFree(void* ptr) {
   heed_emu::Arena& a = heed_emu::arena();
   auto it = a.live.find(static_cast<const char*>(ptr));
   if (it == a.live.end()) return heed_emu::record(cudaErrorInvalidDevicePointer);
+  {
+    DeviceAccess access;
+    heed_emu::check_guards("cudaFree");
+  }
   a.free_blocks.emplace(it->second, static_cast<char*>(ptr));
   a.live.erase(it);
   return cudaSuccess;
@@ -414,6 +560,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t nbytes, cudaMemcpyKind
   }
   DeviceAccess access;
   std::memmove(dst, src, nbytes);
+  if (dst_device) heed_emu::check_guards("cudaMemcpy");
   return cudaSuccess;
 }
 
@@ -423,6 +570,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t nbytes) {
   if (!heed_emu::valid_device_range(ptr, nbytes)) return heed_emu::record(cudaErrorInvalidValue);
   DeviceAccess access;
   std::memset(ptr, value, nbytes);
+  heed_emu::check_guards("cudaMemset");
   return cudaSuccess;
 }
 
@@ -447,6 +595,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = heed_emu::max_shared_optin();
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;  // an H100 / H200
       return cudaSuccess;
   }
   return heed_emu::record(cudaErrorInvalidValue);
@@ -566,10 +717,22 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     std::fprintf(stderr, "heed CUDA emulator: cublasGemmStridedBatchedEx with a host matrix pointer\n");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  struct GuardCheck {
+    ~GuardCheck() {
+      DeviceAccess access;
+      heed_emu::check_guards("cublasGemmStridedBatchedEx");
+    }
+  } guard_check;
   const double a_scale = compute64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double b_scale = compute64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
   const bool tf32 = computeType == CUBLAS_COMPUTE_32F_FAST_TF32 && Atype == CUDA_R_32F;
   DeviceAccess access;
+  // float32 GEMMs (16-bit and TF32 operands included) accumulate in float32 with one rounding
+  // per step (as a fused multiply-add: the float product is exact in double); float64 ones in
+  // float64.
+  const auto accumulate = [compute64](double acc, double product) {
+    return compute64 ? acc + product : static_cast<double>(static_cast<float>(acc + product));  // one rounding, as fma
+  };
   for (int batch = 0; batch < batchCount; ++batch) {
     const long long a0 = batch * strideA, b0 = batch * strideB, c0 = batch * strideC;
     for (int j = 0; j < n; ++j)
@@ -586,11 +749,13 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
             av = to_tf32(av);
             bv = to_tf32(bv);
           }
-          acc += av * bv;
+          acc = accumulate(acc, av * bv);
         }
         const long long at = c0 + i + static_cast<long long>(j) * ldc;
-        double v = a_scale * acc;
-        if (b_scale != 0.0) v += b_scale * read_element(C, Ctype, at);
+        double v = compute64 ? a_scale * acc : static_cast<float>(a_scale * acc);
+        if (b_scale != 0.0)
+          v = accumulate(v, compute64 ? b_scale * read_element(C, Ctype, at)
+                                      : static_cast<float>(b_scale * read_element(C, Ctype, at)));
         if (!compute64) v = static_cast<float>(v);
         write_element(C, Ctype, at, v);
       }

@@ -15,6 +15,24 @@
 //    device limits (more than 48 KiB needs cudaFuncSetAttribute first, as on a GPU); copies
 //    check that their pointers are on the side their direction says; cuBLAS calls check
 //    their leading dimensions and that matrices are in device memory.
+//  * A thread that exits while others of its block wait at __syncthreads aborts the run (a
+//    hang or undefined behaviour on a GPU).
+//  * Every cudaMalloc block is followed by a 256-byte guard zone of 0xFF bytes: reading past
+//    the end gives NaN, and a write into it aborts at the end of the kernel (or copy, memset or
+//    cudaFree) that made it, naming the block.
+//  * Warps: the 32 threads of consecutive linear index form a warp. __syncwarp, __shfl_sync,
+//    __shfl_xor_sync and the nvcuda::wmma operations are warp collectives: every thread of the
+//    warp must reach the same one (full mask only), or the run aborts naming both places.
+//  * nvcuda::wmma (16x16x16 tiles of __half or __nv_bfloat16, float accumulators): a fragment
+//    holds 8 elements per lane; element e of lane l is element (r, c) = ((8l + e) / 16,
+//    (8l + e) % 16) of the logical tile (row-major numbering whatever the memory layout), the
+//    same mapping for load, store, fill and mma, so element-wise fragment code that relies on
+//    a mapping would work here and not on a GPU only if it assumed another one; portable code
+//    (as heed's) never does. mma_sync multiplies the exact 16-bit values and accumulates in
+//    float32 in k order, starting from C. Loads and stores check the 32-byte alignment and the
+//    leading dimension (a multiple of 16 bytes) that the hardware requires.
+//  * The cuBLAS substitute accumulates float32 GEMMs in float32 (float64 ones in float64), in
+//    k order; TF32 mode rounds the operands to 10 mantissa bits first.
 // The emulated device reports 4 multiprocessors (grids stay small, so grid-stride loops are
 // exercised) and H100 shared memory limits; HEED_CUDA_EMULATION_DEVICES=0 in the environment
 // makes it report no device, HEED_CUDA_EMULATION_SMEM=<bytes> another shared memory limit.
@@ -66,6 +84,7 @@ struct cudaPointerAttributes {
 };
 enum cudaDeviceAttr : int {
   cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
 };
 enum cudaFuncAttribute : int { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -202,6 +221,168 @@ class Launcher {
 };
 
 }  // namespace heed_emu
+
+// ---- warps ------------------------------------------------------------------------------------
+
+namespace heed_emu {
+
+// The calling thread's lane (0..31) within its warp.
+unsigned lane_id();
+// A warp collective named `what`: returns once every thread of the calling warp has reached a
+// collective of the same name (aborts on divergence, or on a mask other than the whole warp).
+void sync_warp(unsigned mask, const char* what);
+// Deposits `value` for this lane, waits for the warp, returns the value lane `source` deposited.
+uint64_t exchange_lane(unsigned mask, uint64_t value, unsigned source, const char* what);
+
+// The per-warp scratch board that mma_sync uses (256 floats for each operand).
+struct MmaBoard {
+  float a[256], b[256], c[256];
+};
+MmaBoard& mma_board();
+
+template <typename T>
+T shuffle(unsigned mask, T value, unsigned source, const char* what) {
+  static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>, "shuffles move up to 8 bytes");
+  uint64_t bits = 0;
+  __builtin_memcpy(&bits, &value, sizeof(T));
+  bits = exchange_lane(mask, bits, source, what);
+  T out;
+  __builtin_memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+
+}  // namespace heed_emu
+
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::heed_emu::sync_warp(mask, "__syncwarp"); }
+template <typename T>
+T __shfl_sync(unsigned mask, T value, int source_lane, int width = 32) {
+  if (width != 32) ::heed_emu::sync_warp(0u, "__shfl_sync with a width other than 32 (not emulated)");
+  return ::heed_emu::shuffle(mask, value, static_cast<unsigned>(source_lane) & 31u, "__shfl_sync");
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
+  if (width != 32) ::heed_emu::sync_warp(0u, "__shfl_xor_sync with a width other than 32 (not emulated)");
+  return ::heed_emu::shuffle(mask, value, (::heed_emu::lane_id() ^ static_cast<unsigned>(lane_mask)) & 31u,
+                             "__shfl_xor_sync");
+}
+
+// ---- 16-bit floats (cuda_fp16.h / cuda_bf16.h subset), rounded to nearest even ----------------
+
+namespace heed_emu {
+uint16_t float_to_half_bits(float f);
+float half_bits_to_float(uint16_t h);
+uint16_t float_to_bfloat16_bits(float f);
+float bfloat16_bits_to_float(uint16_t b);
+}  // namespace heed_emu
+
+struct __half {
+  uint16_t bits;
+};
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+inline __half __float2half(float f) { return __half{::heed_emu::float_to_half_bits(f)}; }
+inline __half __float2half_rn(float f) { return __float2half(f); }
+inline float __half2float(__half h) { return ::heed_emu::half_bits_to_float(h.bits); }
+inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16{::heed_emu::float_to_bfloat16_bits(f)}; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+inline float __bfloat162float(__nv_bfloat16 b) { return ::heed_emu::bfloat16_bits_to_float(b.bits); }
+
+// ---- nvcuda::wmma (16x16x16, 16-bit operands, float accumulators) -----------------------------
+
+namespace nvcuda::wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  static_assert(M == 16 && N == 16 && K == 16, "the emulator models 16x16x16 wmma tiles only");
+  static_assert(std::is_same_v<Use, accumulator> ? std::is_same_v<T, float>
+                                                 : (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>),
+                "the emulator models __half / __nv_bfloat16 operands with float accumulators");
+  static constexpr int num_elements = 8;
+  T x[num_elements];
+};
+
+namespace detail {
+// (row, column) in the logical 16x16 tile of element e of this lane's fragment.
+inline void element_position(int e, int* row, int* col) {
+  const int linear = static_cast<int>(::heed_emu::lane_id()) * 8 + e;
+  *row = linear / 16;
+  *col = linear % 16;
+}
+void check_access(const void* ptr, unsigned ldm, size_t element_bytes, const char* what);
+inline float as_float(float v) { return v; }
+inline float as_float(__half v) { return __half2float(v); }
+inline float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+}  // namespace detail
+
+template <typename T, typename Layout, typename Use>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* ptr, unsigned ldm) {
+  static_assert(!std::is_same_v<Use, accumulator>, "accumulator loads take a layout_t");
+  detail::check_access(ptr, ldm, sizeof(T), "wmma::load_matrix_sync");
+  for (int e = 0; e < 8; ++e) {
+    int r, c;
+    detail::element_position(e, &r, &c);
+    f.x[e] = std::is_same_v<Layout, row_major> ? ptr[r * ldm + c] : ptr[c * ldm + r];
+  }
+}
+
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* ptr, unsigned ldm,
+                             layout_t layout) {
+  detail::check_access(ptr, ldm, sizeof(float), "wmma::load_matrix_sync");
+  for (int e = 0; e < 8; ++e) {
+    int r, c;
+    detail::element_position(e, &r, &c);
+    f.x[e] = layout == mem_row_major ? ptr[r * ldm + c] : ptr[c * ldm + r];
+  }
+}
+
+inline void store_matrix_sync(float* ptr, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm,
+                              layout_t layout) {
+  detail::check_access(ptr, ldm, sizeof(float), "wmma::store_matrix_sync");
+  for (int e = 0; e < 8; ++e) {
+    int r, c;
+    detail::element_position(e, &r, &c);
+    (layout == mem_row_major ? ptr[r * ldm + c] : ptr[c * ldm + r]) = f.x[e];
+  }
+}
+
+template <typename Use, typename T, typename Layout, typename V>
+void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, V value) {
+  for (int e = 0; e < 8; ++e) f.x[e] = static_cast<T>(value);
+}
+
+template <typename T, typename LayoutA, typename LayoutB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LayoutA>& a,
+              const fragment<matrix_b, 16, 16, 16, T, LayoutB>& b, const fragment<accumulator, 16, 16, 16, float>& c) {
+  ::heed_emu::MmaBoard& board = ::heed_emu::mma_board();
+  for (int e = 0; e < 8; ++e) {
+    int r, col;
+    detail::element_position(e, &r, &col);
+    board.a[r * 16 + col] = detail::as_float(a.x[e]);
+    board.b[r * 16 + col] = detail::as_float(b.x[e]);
+    board.c[r * 16 + col] = c.x[e];
+  }
+  ::heed_emu::sync_warp(0xffffffffu, "wmma::mma_sync");
+  float out[8];
+  for (int e = 0; e < 8; ++e) {
+    int r, col;
+    detail::element_position(e, &r, &col);
+    float acc = board.c[r * 16 + col];
+    for (int k = 0; k < 16; ++k) acc += board.a[r * 16 + k] * board.b[k * 16 + col];
+    out[e] = acc;
+  }
+  ::heed_emu::sync_warp(0xffffffffu, "wmma::mma_sync (done)");
+  for (int e = 0; e < 8; ++e) d.x[e] = out[e];
+}
+
+}  // namespace nvcuda::wmma
 
 #define threadIdx (::heed_emu::current_thread().thread_idx)
 #define blockIdx (::heed_emu::current_thread().block_idx)
