@@ -70,6 +70,18 @@ size_t max_shared_bytes() {
   return bytes;
 }
 
+bool tensor_cores_16bit() {
+  static const bool present = [] {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 8;
+  }();
+  return present;
+}
+
 void synchronize() { HEED_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 namespace {
@@ -220,9 +232,8 @@ void copy(const StridedView& dst, const StridedView& src) {
       dispatch_all(src.dtype, [&](auto stag) {
         using D = decltype(dtag);
         using S = decltype(stag);
-        if constexpr (!std::is_same_v<D, S>)
-          HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<D, S>)
-          (static_cast<D*>(dst.data), static_cast<const S*>(src.data), g, n);
+        if constexpr (!std::is_same_v<D, S>) HEED_LAUNCH(grid_for(n), kThreads, 0, copy_kernel<D, S>)
+        (static_cast<D*>(dst.data), static_cast<const S*>(src.data), g, n);
       });
     });
   }

@@ -27,6 +27,11 @@ const KernelTable& kernel_table();
 // Whether float32 gemm may use TF32 tensor cores (off by default).
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+// Whether flash_attention_forward/backward take float16/bfloat16 operands (tensor-core kernels,
+// float32 accumulation and log-sum-exp) for these head dims: D == Dv in {64, 128} and a device
+// that has tensor cores for both types (sm_80 or newer; always under the emulator). Other head
+// dims are handed over in float32.
+bool flash_attention_takes_16bit(int64_t head_dim, int64_t value_dim);
 // Blocks until every queued kernel has finished (raises heed::Error on a kernel failure).
 void synchronize();
 

@@ -12,8 +12,9 @@
 //  * philox4x32_10 / philox_uniform / philox_normal are the HEED_HD functions of heed/philox.h,
 //    the same code the CPU runs: same seed, same numbers.
 //  * Kernels are launched through HEED_LAUNCH (the emulator cannot parse <<< >>>), use
-//    dynamic shared memory only (dynamic_shared<T>()), and __syncthreads as their only
-//    cross-thread synchronisation.
+//    dynamic shared memory only (dynamic_shared<T>(), 128-byte aligned), and __syncthreads as
+//    their only cross-thread synchronisation, except the warp collectives (__syncwarp,
+//    shuffles, wmma) of the tensor-core kernels, which the emulator models too.
 #pragma once
 
 #include <cstddef>
@@ -121,6 +122,8 @@ inline constexpr int kThreads = 256;
 unsigned grid_for(int64_t n, int threads = kThreads);
 // The largest dynamic shared memory a block may use (opt-in limit) on the current device.
 size_t max_shared_bytes();
+// Whether the device has float16 and bfloat16 tensor cores with wmma (compute capability 8.0+).
+bool tensor_cores_16bit();
 
 // ---- element types ---------------------------------------------------------------------------
 
@@ -372,7 +375,7 @@ __device__ __forceinline__ T* dynamic_shared() {
 #if defined(HEED_CUDA_EMULATION)
   return reinterpret_cast<T*>(::heed_emu::dynamic_shared_memory());
 #else
-  extern __shared__ __align__(16) unsigned char heed_dynamic_shared_memory[];
+  extern __shared__ __align__(128) unsigned char heed_dynamic_shared_memory[];
   return reinterpret_cast<T*>(heed_dynamic_shared_memory);
 #endif
 }

@@ -23,6 +23,7 @@ std::atomic<bool> tf32_allowed{false};
 }
 void set_allow_tf32(bool allow) { tf32_allowed = allow; }
 bool allow_tf32() { return tf32_allowed; }
+bool flash_attention_takes_16bit(int64_t, int64_t) { return false; }
 void synchronize() {}
 
 }  // namespace heed::kernels::cuda

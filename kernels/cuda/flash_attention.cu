@@ -1,5 +1,8 @@
 // kernels/cuda/flash_attention.cu — flash-style scaled dot-product attention on the GPU, forward
-// and backward, float32 and float64 (the op hands 16-bit inputs over in float32).
+// and backward, float32 and float64 on CUDA cores; float16/bfloat16 operands go to the
+// tensor-core kernels of flash_attention_tc.cu (the op hands them over only where
+// flash_attention_takes_16bit says so, else in float32). Masks, dropout and the parameter block
+// live in flash_attention_common.cuh.
 //
 // Forward: one block of 256 threads (16 x 16) per (batch, head, tile of kTile queries). Q of
 // the tile stays in shared memory; for every key tile that the causal/window/key-length masks
@@ -25,7 +28,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/flash_attention_common.cuh"
 
 namespace heed::kernels::cuda {
 
@@ -33,90 +36,6 @@ namespace {
 
 constexpr int kFlashThreads = 256;  // 16 x 16
 constexpr int kSide = 16;
-
-template <typename T>
-struct FlashParams {
-  const T* q;
-  const T* k;
-  const T* v;
-  T* out;
-  T* lse;
-  AttentionLayout lq, lk, lv, lo;
-  int64_t B, H, T_, S, D, Dv, shift;
-  T scale;
-  bool causal;
-  int64_t window;
-  const int64_t* key_lengths;  // device pointer or null
-  const bool* keep;
-  int64_t keep_strides[4];
-  const T* additive;
-  int64_t additive_strides[4];
-  bool dropout;
-  float dropout_threshold;
-  T dropout_scale;
-  uint64_t seed, offset;
-  // backward
-  const T* grad_out;
-  T* grad_q;
-  T* grad_k;
-  T* grad_v;
-  const T* delta;  // (B,H,T) contiguous
-  AttentionLayout lgo, lgq, lgk, lgv;
-};
-
-AttentionLayout resolve(const AttentionLayout& l, int64_t heads, int64_t len, int64_t dim) {
-  if (l.batch == 0 && l.head == 0 && l.seq == 0) return {heads * len * dim, len * dim, dim};
-  return l;
-}
-
-HEED_HD int64_t row_offset(const AttentionLayout& l, int64_t b, int64_t h, int64_t i) {
-  return b * l.batch + h * l.head + i * l.seq;
-}
-
-template <typename T>
-__device__ int64_t key_limit(const FlashParams<T>& p, int64_t b) {
-  if (!p.key_lengths) return p.S;
-  const int64_t len = p.key_lengths[b];
-  return len < p.S ? len : p.S;
-}
-
-// Keys [lo, hi) that queries [i0, i1) may see at all (cpu Problem::key_range).
-template <typename T>
-__device__ void key_range(const FlashParams<T>& p, int64_t b, int64_t i0, int64_t i1, int64_t* lo, int64_t* hi) {
-  *lo = 0;
-  *hi = key_limit(p, b);
-  if (p.causal) *hi = *hi < i1 + p.shift ? *hi : i1 + p.shift;
-  if (p.window >= 0) {
-    const int64_t first = i0 + p.shift - p.window;
-    *lo = first > 0 ? first : 0;
-    const int64_t last = i1 - 1 + p.shift + p.window + 1;
-    *hi = *hi < last ? *hi : last;
-  }
-  if (*hi < *lo) *hi = *lo;
-}
-
-// The score of (i, j) after masking: -inf where the key is not visible (or out of range).
-template <typename T>
-__device__ T masked_score(const FlashParams<T>& p, int64_t b, int64_t h, int64_t i, int64_t j, int64_t limit, T s) {
-  if (i >= p.T_ || j >= limit) return -positive_infinity<T>();
-  const int64_t pos = i + p.shift;
-  bool visible = true;
-  if (p.causal) visible = j <= pos;
-  if (p.window >= 0) visible = visible && j >= pos - p.window && j <= pos + p.window;
-  if (visible && p.keep)
-    visible = p.keep[b * p.keep_strides[0] + h * p.keep_strides[1] + i * p.keep_strides[2] + j * p.keep_strides[3]];
-  if (!visible) return -positive_infinity<T>();
-  if (p.additive)
-    s += p.additive[b * p.additive_strides[0] + h * p.additive_strides[1] + i * p.additive_strides[2] +
-                    j * p.additive_strides[3]];
-  return s;
-}
-
-template <typename T>
-__device__ bool dropout_keeps(const FlashParams<T>& p, int64_t b, int64_t h, int64_t i, int64_t j) {
-  const uint64_t index = p.offset + static_cast<uint64_t>(((b * p.H + h) * p.T_ + i) * p.S + j);
-  return philox_uniform(p.seed, index) >= p.dropout_threshold;
-}
 
 // Copies rows [0, valid) of a (rows, width) operand into shared memory (leading dimension ld)
 // and zero-fills the rows after them up to kTile.
@@ -512,81 +431,19 @@ __global__ void __launch_bounds__(kFlashThreads)
 
 // ---- host side --------------------------------------------------------------------------------------
 
-// Device copy of key_lengths when the caller passed host memory.
-struct KeyLengths {
-  std::unique_ptr<DeviceBuffer> copy;
-  const int64_t* device = nullptr;
-};
-
-KeyLengths device_key_lengths(const int64_t* lengths, int64_t batch) {
-  KeyLengths out;
-  if (!lengths) return out;
-  cudaPointerAttributes attributes{};
-  const cudaError_t status = cudaPointerGetAttributes(&attributes, lengths);
-  if (status != cudaSuccess) cudaGetLastError();
-  if (status == cudaSuccess && (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged)) {
-    out.device = lengths;
-    return out;
-  }
-  out.copy = std::make_unique<DeviceBuffer>(static_cast<size_t>(batch) * sizeof(int64_t));
-  HEED_CUDA_CHECK(
-      cudaMemcpy(out.copy->as<void>(), lengths, static_cast<size_t>(batch) * sizeof(int64_t), cudaMemcpyHostToDevice));
-  out.device = out.copy->as<const int64_t>();
-  return out;
-}
-
-template <typename T>
-FlashParams<T> make_params(const FlashAttentionArgs& a, const int64_t* key_lengths) {
-  FlashParams<T> p{};
-  p.q = static_cast<const T*>(a.q);
-  p.k = static_cast<const T*>(a.k);
-  p.v = static_cast<const T*>(a.v);
-  p.out = static_cast<T*>(a.out);
-  p.lse = static_cast<T*>(a.lse);
-  p.B = a.batch;
-  p.H = a.heads;
-  p.T_ = a.queries;
-  p.S = a.keys;
-  p.D = a.head_dim;
-  p.Dv = a.value_dim;
-  p.shift = a.keys - a.queries;
-  p.lq = resolve(a.q_layout, p.H, p.T_, p.D);
-  p.lk = resolve(a.k_layout, p.H, p.S, p.D);
-  p.lv = resolve(a.v_layout, p.H, p.S, p.Dv);
-  p.lo = resolve(a.out_layout, p.H, p.T_, p.Dv);
-  p.lgo = resolve(a.grad_out_layout, p.H, p.T_, p.Dv);
-  p.lgq = resolve(a.grad_q_layout, p.H, p.T_, p.D);
-  p.lgk = resolve(a.grad_k_layout, p.H, p.S, p.D);
-  p.lgv = resolve(a.grad_v_layout, p.H, p.S, p.Dv);
-  p.scale = static_cast<T>(a.scale);
-  p.causal = a.causal;
-  p.window = a.window;
-  p.key_lengths = key_lengths;
-  p.keep = static_cast<const bool*>(a.keep.data);
-  p.additive = static_cast<const T*>(a.additive.data);
-  for (int d = 0; d < 4; ++d) {
-    p.keep_strides[d] = a.keep.data && d < a.keep.ndim ? a.keep.strides[d] : 0;
-    p.additive_strides[d] = a.additive.data && d < a.additive.ndim ? a.additive.strides[d] : 0;
-  }
-  p.dropout = a.dropout_p > 0.0;
-  p.dropout_threshold = static_cast<float>(a.dropout_p);
-  p.dropout_scale = static_cast<T>(1.0 / (1.0 - a.dropout_p));
-  p.seed = a.dropout_state.seed;
-  p.offset = a.dropout_state.offset;
-  p.grad_out = static_cast<const T*>(a.grad_out);
-  p.grad_q = static_cast<T*>(a.grad_q);
-  p.grad_k = static_cast<T*>(a.grad_k);
-  p.grad_v = static_cast<T*>(a.grad_v);
-  return p;
-}
-
 void check_args(const FlashAttentionArgs& a, const char* name) {
   if (a.batch < 0 || a.heads < 0 || a.queries < 0 || a.keys < 0 || a.head_dim < 0 || a.value_dim < 0)
     throw_error(name, "negative attention dimension");
   if (a.keep.data && a.keep.ndim != 4) throw_error(name, "the keep mask must be a 4-d view (B,H,T,S)");
   if (a.additive.data && a.additive.ndim != 4) throw_error(name, "the additive mask must be a 4-d view (B,H,T,S)");
-  if (a.additive.data && a.additive.dtype != a.dtype)
-    throw_error(name, "the additive mask must have the compute dtype");
+  const bool sixteen = a.dtype == DType::Float16 || a.dtype == DType::BFloat16;
+  if (a.additive.data && a.additive.dtype != (sixteen ? DType::Float32 : a.dtype))
+    throw_error(name, "the additive mask must have the compute dtype (float32 for 16-bit operands)");
+  if (sixteen && !flash_attention_takes_16bit(a.head_dim, a.value_dim)) {
+    const std::string message = "16-bit operands need D == Dv in {64, 128}, got D=" + std::to_string(a.head_dim) +
+                                ", Dv=" + std::to_string(a.value_dim) + " (pass them in float32)";
+    throw_error(name, message.c_str());
+  }
 }
 
 // 64 when its shared memory fits the device, else 32; raises when neither does.
@@ -598,12 +455,6 @@ int choose_tile(Layout (*plan)(int, int64_t, int64_t), int64_t D, int64_t Dv, si
                               " need more shared memory than the device has (" + std::to_string(max_shared_bytes()) +
                               " bytes per block); use the composed scaled_dot_product_attention path";
   throw_error(name, message.c_str());
-}
-
-template <typename Kernel>
-void allow_shared(Kernel* kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    HEED_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 unsigned task_grid(int64_t tasks) {
@@ -675,6 +526,9 @@ void flash_attention_forward(const FlashAttentionArgs& args) {
       return forward_typed<float>(args);
     case DType::Float64:
       return forward_typed<double>(args);
+    case DType::Float16:
+    case DType::BFloat16:
+      return flash_attention_forward_16bit(args);
     default:
       unsupported_dtype("flash_attention_forward", args.dtype);
   }
@@ -687,6 +541,9 @@ void flash_attention_backward(const FlashAttentionArgs& args) {
       return backward_typed<float>(args);
     case DType::Float64:
       return backward_typed<double>(args);
+    case DType::Float16:
+    case DType::BFloat16:
+      return flash_attention_backward_16bit(args);
     default:
       unsupported_dtype("flash_attention_backward", args.dtype);
   }

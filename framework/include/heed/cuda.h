@@ -5,6 +5,7 @@
 // asynchronously; reading a value back to the host (item(), to(kCPU), ...) waits for it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ bool is_emulated();
 // .allow_tf32; a process-wide switch, read at each gemm.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+// True when F::flash_attention (and flash_attention_packed, scaled_dot_product_attention's
+// fused path, MultiHeadAttention) runs float16 or bfloat16 operands with these head dims on the
+// device's tensor cores: D == Dv in {64, 128} on a device of compute capability 8.0 or newer
+// (float32 accumulation and log-sum-exp, P rounded to the operand type before P V). Other
+// 16-bit attention on CUDA computes in float32. False without a device.
+bool flash_attention_tensor_cores(int64_t head_dim, int64_t value_dim);
 
 // Waits until every queued CUDA kernel has finished (for timing); raises heed::Error when a
 // kernel failed. A no-op without CUDA.

@@ -18,6 +18,10 @@ std::string unavailable_reason() {
 void set_allow_tf32(bool allow) { kernels::cuda::set_allow_tf32(allow); }
 bool allow_tf32() { return kernels::cuda::allow_tf32(); }
 
+bool flash_attention_tensor_cores(int64_t head_dim, int64_t value_dim) {
+  return is_available() && kernels::cuda::flash_attention_takes_16bit(head_dim, value_dim);
+}
+
 void synchronize() {
   if (is_available()) kernels::cuda::synchronize();
 }

@@ -7,13 +7,16 @@
 // the output and the per-row log-sum-exp — O(T) memory, never the (T, S) weights; masks are
 // views that broadcast to (B, H, T, S); dropout keeps only its Philox (seed, offset), and the
 // composed path with the same seed draws the same mask. The packed op writes dq, dk, dv
-// straight into one (B, T, 3C) gradient.
+// straight into one (B, T, 3C) gradient. float16/bfloat16 operands go to the kernel as they are
+// where the device takes them (CUDA tensor cores, kernel_dtype), with the log-sum-exp and the
+// additive mask in float32; elsewhere they compute in float32.
 #include <cmath>
 
 #include "heed/attention.h"
 #include "heed/autograd.h"
 #include "heed/random.h"
 #include "internal.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace heed::F {
 
@@ -22,9 +25,12 @@ namespace {
 // (B, L, D) single head -> (B, 1, L, D)
 Tensor as_4d(const Tensor& t) { return t.dim() == 3 ? t.unsqueeze(1) : t; }
 
+// The dtype of the log-sum-exp and of the additive mask: float32 for 16-bit operands.
+DType statistics_dtype(DType compute) { return is_half(compute) ? kFloat32 : compute; }
+
 struct PreparedMasks {
   Tensor keep;         // bool, broadcastable to (B,H,T,S), or undefined
-  Tensor additive;     // compute dtype, broadcastable, or undefined
+  Tensor additive;     // statistics_dtype(compute), broadcastable, or undefined
   Tensor key_lengths;  // int64 host copy (B), or undefined
 };
 
@@ -49,13 +55,21 @@ PreparedMasks prepare_masks(const AttentionMask& mask, const Dims& user_scores, 
   }
   if (mask.additive.defined()) {
     check_additive_mask(mask.additive, user_scores, name);
-    out.additive = to_4d(mask.additive.detach().to(compute));
+    out.additive = to_4d(mask.additive.detach().to(statistics_dtype(compute)));
   }
   return out;
 }
 
 kernels::StridedView optional_view(const Tensor& t, const Dims& shape) {
   return t.defined() ? detail::broadcast_view(t, shape) : kernels::StridedView{};
+}
+
+// The dtype the kernel computes in: 16-bit operands of one dtype stay 16-bit where the device's
+// kernel takes them for these head dims (tensor cores on CUDA), otherwise float32.
+DType kernel_dtype(DType promoted, Device device, std::initializer_list<DType> operands, int64_t D, int64_t Dv) {
+  bool native = is_half(promoted) && device.is_cuda() && kernels::cuda::flash_attention_takes_16bit(D, Dv);
+  for (DType t : operands) native = native && t == promoted;
+  return native ? promoted : detail::compute_dtype(promoted);
 }
 
 // A (B, H, L, D) operand in the compute dtype with a contiguous feature dim (no copy when it
@@ -85,7 +99,7 @@ Tensor run_forward(kernels::FlashAttentionArgs& args, const Tensor& q, const Ten
                    const PreparedMasks& masks, Tensor* lse) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2), Dv = v.size(3);
   Tensor out = detail::make_empty({B, T, H, Dv}, args.dtype, q.device());
-  *lse = detail::make_empty({B, H, T}, args.dtype, q.device());
+  *lse = detail::make_empty({B, H, T}, statistics_dtype(args.dtype), q.device());
   args.q = q.raw_data();
   args.k = k.raw_data();
   args.v = v.raw_data();
@@ -189,7 +203,9 @@ Tensor flash_attention_impl(const Tensor& q_in, const Tensor& k_in, const Tensor
              "needs q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv) on one device with a flash kernel; got {}, {}, {} "
              "on {}",
              shape_str(q_in.shape()), shape_str(k_in.shape()), shape_str(v_in.shape()), q_in.device().str());
-  const DType compute = detail::compute_dtype(promote_types(promote_types(q_in.dtype(), k_in.dtype()), v_in.dtype()));
+  const DType compute =
+      kernel_dtype(promote_types(promote_types(q_in.dtype(), k_in.dtype()), v_in.dtype()), q_in.device(),
+                   {q_in.dtype(), k_in.dtype(), v_in.dtype()}, q_in.size(-1), v_in.size(-1));
   const Tensor q = kernel_operand(as_4d(q_in), compute), k = kernel_operand(as_4d(k_in), compute),
                v = kernel_operand(as_4d(v_in), compute);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2), Dv = v.size(3);
@@ -244,7 +260,8 @@ Tensor flash_attention_packed(const Tensor& qkv_in, int64_t heads, const Attenti
              shape_str(qkv_in.shape()));
   HEED_CHECK(kernels::kernel_table(qkv_in.device().type).flash_attention_forward, name,
              "device {} has no flash attention kernel", qkv_in.device().str());
-  const DType compute = detail::compute_dtype(qkv_in.dtype());
+  const int64_t head_dim = qkv_in.size(2) / (3 * heads);
+  const DType compute = kernel_dtype(qkv_in.dtype(), qkv_in.device(), {qkv_in.dtype()}, head_dim, head_dim);
   Tensor qkv = qkv_in.dtype() == compute ? qkv_in.detach() : qkv_in.detach().to(compute);
   if (qkv.stride(2) != 1) qkv = qkv.contiguous();
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = heads, dh = C / H;
