@@ -5,8 +5,9 @@
 # __syncthreads barriers, poisoned and access-protected device memory), then runs the
 # CUDA-vs-CPU suite (ctest -R test_cuda) and the CUDA-tensor collectives of heed::dist (2
 # ranks over Gloo, staged through the host) and the op harness (test_backend_ops: every
-# gradient-check case on the device against the CPU, run from the test binary), and prints how
-# long each part took.
+# gradient-check case on the device against the CPU, run from the test binary), after the
+# emulator's own tests (tests/emulator), then trains charlm (bf16) and translate (fp16) on the
+# emulated device under autocast, and prints how long each part took.
 #
 # The test binary links every tests/test_*.cpp, some of which use example and tool code, so
 # examples and tools stay configured; only the heed_tests target (and what it needs) is built.
@@ -24,8 +25,14 @@ command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 start=$(date +%s)
 cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DHEED_CUDA_EMULATION=ON \
   -DHEED_BUILD_TESTS=ON
-cmake --build "$build_dir" -j "$jobs" --target heed_tests
+cmake --build "$build_dir" -j "$jobs" --target heed_tests heed_emulator_tests charlm translate
 built=$(date +%s)
+
+# The emulator itself: warp collectives, wmma tiles, float32 cuBLAS accumulation, and the checks
+# that stop broken kernels (divergent warps, early exits before a barrier, writes past a block).
+"$build_dir/tests/heed_emulator_tests" --no-intro=true | tee "$build_dir/test_cuda_emulator.log"
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] || { echo "ci_cuda_emulation: the emulator's own tests failed (exit $status)" >&2; exit 1; }
 
 # OMP_NUM_THREADS=2 as every registered test; the emulator itself runs on one thread. Every
 # case must run (a skip here means the emulated device was not found: a failure of this job),
@@ -39,7 +46,7 @@ if grep -q "SKIPPED" "$build_dir/test_cuda.log"; then
   exit 1
 fi
 assertions=$(grep -oE 'assertions: *[0-9]+' "$build_dir/test_cuda.log" | grep -oE '[0-9]+' | head -1)
-min_assertions=${MIN_CUDA_ASSERTIONS:-11000}   # measured 11,927 on 2026-11-30
+min_assertions=${MIN_CUDA_ASSERTIONS:-12000}   # measured 12,617 on 2026-12-01
 echo "ci_cuda_emulation: $assertions assertions (floor $min_assertions)"
 [ "${assertions:-0}" -ge "$min_assertions" ] || {
   echo "ci_cuda_emulation: only ${assertions:-0} assertions ran, fewer than the floor $min_assertions" >&2
@@ -63,6 +70,27 @@ status=${PIPESTATUS[0]}
   echo "ci_cuda_emulation: the CUDA-tensor collectives test failed or skipped (exit $status)" >&2
   exit 1
 }
+
+# Mixed precision on the device end to end: the two examples train on the emulated GPU under
+# autocast (charlm bf16, translate fp16 with loss scaling; heads 64 wide, so attention runs on
+# the tensor-core path), evaluate, sample / decode, and report finite losses.
+emu_out="$build_dir/amp_examples"
+"$build_dir/examples/charlm" --device cuda --amp bf16 --iters 4 --warmup 1 --eval-every 2 --eval-batches 1 \
+  --final-eval-batches 1 --sample-tokens 8 --d-model 128 --heads 2 --layers 1 --block 32 --batch 4 \
+  --out-dir "$emu_out/charlm" | tee "$build_dir/charlm_cuda_bf16.log"
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] && grep -qE "final validation loss [0-9]+\.[0-9]+" "$build_dir/charlm_cuda_bf16.log" || {
+  echo "ci_cuda_emulation: charlm --device cuda --amp bf16 failed or reported no finite loss (exit $status)" >&2
+  exit 1
+}
+"$build_dir/examples/translate" --device cuda --amp fp16 --steps 4 --warmup 1 --eval-every 2 --d-model 128 \
+  --heads 2 --layers 1 --d-ff 128 --batch-size 4 --train-size 100 --val-size 8 --test-size 2 --beam 2 \
+  --out-dir "$emu_out/translate" | tee "$build_dir/translate_cuda_fp16.log"
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] && grep -qE "step 4: validation loss [0-9]+\.[0-9]+" "$build_dir/translate_cuda_fp16.log" || {
+  echo "ci_cuda_emulation: translate --device cuda --amp fp16 failed or reported no finite loss (exit $status)" >&2
+  exit 1
+}
 done_at=$(date +%s)
 
 # The skip path: the emulator reporting no device must make the file skip (exit code 77, which
@@ -78,5 +106,5 @@ set -e
 }
 end=$(date +%s)
 
-echo "ci_cuda_emulation: build $((built - start)) s, test_cuda + test_backend_ops + dist $((done_at - built)) s," \
+echo "ci_cuda_emulation: build $((built - start)) s, test_cuda + test_backend_ops + dist + amp examples $((done_at - built)) s," \
   "skip check $((end - done_at)) s, total $((end - start)) s"

@@ -69,6 +69,7 @@ struct Options {
   std::string profile_path;    // lm and attn: Chrome trace of extra profiled steps
   bool memory = false;         // lm and attn: print heed::memory_stats after the timed steps
   bool recompute = false;      // lm: checkpoint every block (TransformerLMOptions::recompute)
+  std::string amp = "none";    // lm: none, bf16 or fp16 (autocast; fp16 with a GradScaler)
 };
 
 // `, "tensor_peak_mb": ..., "peak_by_category_mb": {...}` (heed::memory_stats since the last
@@ -138,12 +139,24 @@ int lm_case(const Options& o) {
   optim::AdamW opt(model.parameters(), {.lr = 3e-4});
   const Tensor x = randint(0, o.vocab, {o.batch, o.seq}).to(device),
                y = randint(0, o.vocab, {o.batch, o.seq}).to(device);
+  // --amp: forward and loss under autocast (float32 master weights), as torch.autocast; fp16
+  // with dynamic loss scaling.
+  const std::optional<DType> amp_dtype = o.amp == "bf16"   ? std::optional<DType>(kBFloat16)
+                                         : o.amp == "fp16" ? std::optional<DType>(kFloat16)
+                                                           : std::nullopt;
+  amp::GradScaler scaler({.enabled = amp_dtype == kFloat16});
   auto step = [&] {
-    Tensor loss = F::cross_entropy(model.forward(x), y);
+    Tensor loss;
+    {
+      amp::Autocast autocast(amp_dtype);
+      loss = F::cross_entropy(model.forward(x), y);
+    }
     opt.zero_grad();
-    loss.backward();
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt);
     nn::clip_grad_norm_(model.parameters(), 1.0);
-    opt.step();
+    scaler.step(opt);
+    scaler.update();
     return loss.item<double>();
   };
   // With --memory: the process's peak resident set after each step (warm-up steps included),
@@ -172,12 +185,12 @@ int lm_case(const Options& o) {
   const double n_params = L * (12.0 * C * C) + C * V;
   const double flops = 6.0 * n_params * BT + 6.0 * 2.0 * L * BT * T * C;
   std::printf(
-      "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, "
-      "\"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s%s}\n",
+      "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld%s%s\", \"device\": \"%s\", \"ms_per_step\": %.2f, "
+      "\"tokens_per_s\": %.0f, \"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s%s}\n",
       static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
-      static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.recompute ? " recompute" : "", ms,
-      BT / ms * 1e3, flops / ms / 1e6, peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(),
-      machine_fields().c_str());
+      static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.recompute ? " recompute" : "",
+      amp_dtype ? (" amp " + o.amp).c_str() : "", device.str().c_str(), ms, BT / ms * 1e3, flops / ms / 1e6,
+      peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(), machine_fields().c_str());
   return 0;
 }
 
@@ -295,6 +308,8 @@ int main(int argc, char** argv) {
   args.add_int("threads", &o.threads, "threads", 1, 1024);
   args.add_string("device", &o.device, "cpu or cuda (lm, attn)");
   args.add_flag("memory", &o.memory, "print heed::memory_stats (live and peak bytes by category) on stderr (lm)");
+  args.add_string("amp", &o.amp, "lm: mixed precision (autocast; fp16 with a GradScaler), as torch.autocast",
+                  {"none", "bf16", "fp16"});
   args.add_flag("recompute", &o.recompute,
                 "lm: checkpoint every block (backward recomputes its forward instead of keeping its activations)");
   args.add_string("profile", &o.profile_path,
@@ -307,13 +322,13 @@ int main(int argc, char** argv) {
       std::printf("%s", args.usage().c_str());
       return 0;
     case cli::ArgParser::Outcome::Error:
-      std::fprintf(stderr, "heed-bench: %s\n\n%s", args.error().c_str(), args.usage().c_str());
+      std::fprintf(stderr, "heed-bench: %s (see --help)\n", args.error().c_str());
       return 2;
     case cli::ArgParser::Outcome::Ok:
       break;
   }
   if (o.kind != "lm" && o.kind != "attn" && o.kind != "matmul" && o.kind != "op-overhead") {
-    std::fprintf(stderr, "heed-bench: unknown case '%s'\n\n%s", o.kind.c_str(), args.usage().c_str());
+    std::fprintf(stderr, "heed-bench: unknown case '%s' (see --help)\n", o.kind.c_str());
     return 2;
   }
   if (o.d % o.heads != 0) {

@@ -94,10 +94,12 @@ SavedConfig read_saved_config(const nlohmann::json& config, const std::string& s
   saved.target = Vocab::from_tokens(fields.strings("target_vocab"));
   saved.model = ModelConfig::from_json(fields.value("model"), source + " model");
   const io::JsonFields corpus = fields.object("corpus");
-  // The same bounds as the --seed, --train-size and --test-size flags.
+  // The same bounds as the --seed, --train-size, --val-size and --test-size flags.
   saved.corpus.seed = corpus.unsigned_integer("seed", uint64_t{1} << 62);
   saved.corpus.train_size = static_cast<int>(corpus.integer("train_size", 100, 10000000));
   saved.corpus.test_size = static_cast<int>(corpus.integer("test_size", 1, 1000000));
+  // Checkpoints written before --val-size existed used the default split.
+  if (corpus.has("val_size")) saved.corpus.validation_size = static_cast<int>(corpus.integer("val_size", 8, 1000000));
   return saved;
 }
 
@@ -176,9 +178,12 @@ Batch random_batch(const Task& task, int64_t size, Generator& generator) {
   return make_batch(task.corpus.train, rows, task.source, task.target);
 }
 
+Device device_of(const nn::Transformer& model) { return model.parameters().front().device(); }
+
 Tensor batch_loss(const nn::Transformer& model, const Batch& batch, double label_smoothing) {
-  Tensor logits = model.forward(batch.src, batch.tgt_in);  // (B,T,V)
-  return F::cross_entropy(logits, batch.tgt_out, {.ignore_index = kPad, .label_smoothing = label_smoothing});
+  const Device device = device_of(model);                                        // batches are built on the CPU
+  Tensor logits = model.forward(batch.src.to(device), batch.tgt_in.to(device));  // (B,T,V)
+  return F::cross_entropy(logits, batch.tgt_out.to(device), {.ignore_index = kPad, .label_smoothing = label_smoothing});
 }
 
 double evaluate_loss(const nn::Transformer& model, const Task& task, const std::vector<Pair>& split,
@@ -286,7 +291,7 @@ std::vector<std::vector<std::string>> translate_batch(const nn::Transformer& mod
   for (int64_t b = 0; b < B; ++b)
     for (int64_t k = 0; k < K; ++k)
       std::copy(ids[b].begin(), ids[b].end(), flat.begin() + static_cast<long>(static_cast<size_t>(b * K + k) * S));
-  const Tensor src = from_vector(flat, {B * K, static_cast<int64_t>(S)});
+  const Tensor src = from_vector(flat, {B * K, static_cast<int64_t>(S)}).to(device_of(model));
   const Tensor memory = model.encode(src);
   std::vector<nn::DecoderLayerCache> caches = model.make_caches();
   const int64_t max_len = std::min<int64_t>(options.max_len, model.options().max_len - 1);
@@ -301,11 +306,11 @@ std::vector<std::vector<std::string>> translate_batch(const nn::Transformer& mod
   std::vector<int64_t> last(static_cast<size_t>(B * K), kBos);
 
   for (int64_t step = 0; step < max_len; ++step) {
-    const Tensor input = from_vector(last, {B * K, 1});
+    const Tensor input = from_vector(last, {B * K, 1}).to(src.device());
     const Tensor logits = model.decode(input, memory, src, &caches);  // (B*K,1,V)
     const Tensor log_probs = F::log_softmax(logits.squeeze(1), -1);   // (B*K,V)
     const int64_t V = log_probs.size(1);
-    const std::vector<float> lp = log_probs.to_vector<float>();
+    const std::vector<float> lp = log_probs.to(kCPU).to(kFloat32).to_vector<float>();
     std::vector<int64_t> origin(static_cast<size_t>(B * K));
     std::vector<std::vector<int64_t>> next_beams(static_cast<size_t>(B * K));
     std::vector<double> next_score(static_cast<size_t>(B * K), -INFINITY);
@@ -382,7 +387,7 @@ std::vector<std::vector<std::string>> translate_batch(const nn::Transformer& mod
     }
     if (!any_alive) break;
     if (K > 1) {
-      const Tensor order = from_vector(origin, {B * K});
+      const Tensor order = from_vector(origin, {B * K}).to(src.device());
       for (auto& c : caches) c.self_attention.reorder(order);
     }
   }

@@ -31,7 +31,7 @@ namespace {
 struct Options {
   int64_t steps = 3000, batch_size = 64, warmup = 300, eval_every = 500, checkpoint_every = 500, log_every = 50;
   int64_t d_model = 128, heads = 4, layers = 2, d_ff = 512;
-  int64_t seed = 1, threads = 0, beam = 4, train_size = 40000, test_size = 1000, samples = 6;
+  int64_t seed = 1, threads = 0, beam = 4, train_size = 40000, val_size = 500, test_size = 1000, samples = 6;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.01, label_smoothing = 0.1, clip = 1.0, dropout = 0.1;
   double length_penalty = 0.6;
   std::string attn_scale = "sqrt_dk", device = "cpu", amp = "none", out_dir = "translate_out", checkpoint,
@@ -60,8 +60,8 @@ void attention_pictures(nn::Transformer& model, const translate::Task& task, con
   auto layer = model.decoder->layer(model.decoder->size() - 1);
   layer->cross_attn->set_record_weights(true);
   const translate::Batch b = translate::make_batch({pair}, {0}, task.source, task.target);
-  model.forward(b.src, b.tgt_in);
-  const Tensor w = layer->cross_attn->last_weights();  // (1,H,T,S)
+  model.forward(b.src.to(translate::device_of(model)), b.tgt_in.to(translate::device_of(model)));
+  const Tensor w = layer->cross_attn->last_weights().to(kCPU);  // (1,H,T,S)
   layer->cross_attn->set_record_weights(false);
   std::vector<std::string> src_labels = translate::split_tokens(pair.source),
                            tgt_labels = translate::split_tokens(pair.target);
@@ -140,6 +140,7 @@ int run(const Options& o) {
   corpus_options.seed = static_cast<uint64_t>(o.seed);
   corpus_options.train_size = static_cast<int>(o.train_size);
   corpus_options.test_size = static_cast<int>(o.test_size);
+  corpus_options.validation_size = static_cast<int>(o.val_size);
   const translate::Task task = translate::make_task(corpus_options);
   translate::ModelConfig mc;
   mc.d_model = o.d_model;
@@ -177,7 +178,8 @@ int run(const Options& o) {
       {"model", mc.to_json()},
       {"source_vocab", task.source.tokens()},
       {"target_vocab", task.target.tokens()},
-      {"corpus", {{"seed", o.seed}, {"train_size", o.train_size}, {"test_size", o.test_size}}}};
+      {"corpus",
+       {{"seed", o.seed}, {"train_size", o.train_size}, {"val_size", o.val_size}, {"test_size", o.test_size}}}};
   std::printf(
       "heed translate: %zu training pairs, %zu validation, %zu test; vocab de %lld / en %lld; "
       "model %lld parameters (d_model %lld, %lld heads, %lld+%lld layers), %d threads\n",
@@ -195,7 +197,12 @@ int run(const Options& o) {
                             {"entropy", nlohmann::json::array()}};
   auto load = [&](const std::string& path) {
     const io::RestoredCheckpoint restored = io::load_checkpoint(path, *model, &optimizer, &scheduler);
-    HEED_CHECK(restored.config == config, "translate",
+    // Checkpoints written before --val-size existed used the default validation split.
+    nlohmann::json saved = restored.config;
+    if (saved.is_object() && saved.contains("corpus") && saved["corpus"].is_object() &&
+        !saved["corpus"].contains("val_size"))
+      saved["corpus"]["val_size"] = 500;
+    HEED_CHECK(saved == config, "translate",
                "{} was trained with a different configuration; pass the same flags to resume", path);
     start_step = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
@@ -262,7 +269,7 @@ int run(const Options& o) {
       {
         NoGradGuard no_grad;
         monitor.record(true);
-        model->forward(probe.src, probe.tgt_in);
+        model->forward(probe.src.to(device), probe.tgt_in.to(device));
         monitor.record(false);
         for (const auto& layer : monitor.attention_stats()) entropies.push_back(layer.mean_entropy());
       }
@@ -401,6 +408,7 @@ int main(int argc, char** argv) {
                 "checkpoint every encoder and decoder layer: backward recomputes its forward instead of keeping "
                 "its activations (same results, less memory, about one more forward of time)");
   args.add_int("train-size", &o.train_size, "training pairs to generate", 100, 10000000);
+  args.add_int("val-size", &o.val_size, "validation pairs to generate", 8, 1000000);
   args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
   args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);
   return examples::parse_and_run(args, "translate", argc, argv, [&] { return run(o); });
