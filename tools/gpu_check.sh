@@ -1,126 +1,214 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh — the checks that need a real GPU, for a machine that has one:
-#  1. the CUDA-vs-CPU test suites (ctest -R test_cuda and the op harness test_backend_ops) in a
-#     prebuilt heed build directory
-#     (configured with the CUDA backend, e.g. -DCMAKE_CUDA_ARCHITECTURES=90 for an H100/H200);
-#  2. tools/gpu_sdpa_vs_torch.py: heed's fused attention against PyTorch's
-#     scaled_dot_product_attention (output and gradients, and speed), through the small
-#     tools/gpu_sdpa_probe.cpp built here against that build directory;
-#  3. heed-bench lm and attn on the GPU;
-#  4. heed::dist with CUDA tensors: a 1-rank NCCL group and 2 ranks over Gloo staged through
-#     the host (tests/test_dist.cpp; a skip counts as a failure here);
-# and prints a short summary table last. Exits non-zero when any check fails, and at once,
-# with a clear message, when no GPU is present.
+# tools/gpu_check.sh — every check that needs a real GPU, in one run, for a machine that has one
+# (prepared here, run there first whenever a GPU is lent):
+#  1. the CUDA-vs-CPU suites: test_cuda (every kernel, the tensor-core attention, mixed
+#     precision training) and the op harness test_backend_ops;
+#  2. compute-sanitizer memcheck and racecheck on the flash attention (CUDA-core and
+#     tensor-core) and LayerNorm cases (recorded as unavailable where the runtime refuses it);
+#  3. tools/gpu_sdpa_vs_torch.py: heed's fused attention against PyTorch's
+#     scaled_dot_product_attention, correctness (float64 reference) and speed, up to
+#     B4 H16 T4096 D128 causal in bf16 and fp16 (TFLOP/s and the ratio);
+#  4. tools/gpu_lm_vs_torch.py: heed-bench lm on CUDA in bf16 against the same model in
+#     PyTorch eager (tokens/s and the ratio);
+#  5. charlm on CUDA for 200 iterations against the same run on the CPU (final validation loss
+#     and the loss curve);
+#  6. heed::dist with CUDA tensors: a 1-rank NCCL group and 2 ranks over Gloo via the host;
+# then writes summary.json and summary.md into OUT_DIR (with every log) and prints the table.
+# Exits non-zero when a check fails, and at once, with a clear message, when no GPU is present.
 #
-# Usage: tools/gpu_check.sh BUILD_DIR [--quick]
-# Environment: PYTHON (default python3), CTEST (default ctest), CMAKE (default cmake).
+# SOURCE is a pack made by tools/gpu_pack.sh (bin/ and lib/: what travels to a GPU machine
+# without Debian's packages) or a heed build directory with the CUDA backend.
+#
+# Usage: tools/gpu_check.sh SOURCE OUT_DIR [--quick]
+# Environment: PYTHON (default python3).
+# Through the device tool (which returns at most 8 files from $OUT), e.g.:
+#   tar xJf gpu_pack.tar.xz && tools/gpu_check.sh gpu_pack /tmp/gc; rc=$?;
+#   cp /tmp/gc/summary.md /tmp/gc/summary.json $OUT/; tar czf $OUT/gpu_check.tgz -C /tmp gc; exit $rc
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source_dir=$(pwd)
 
-if [ $# -lt 1 ] || [ ! -d "$1" ]; then
-  echo "usage: tools/gpu_check.sh BUILD_DIR [--quick]   (BUILD_DIR: a heed build with the CUDA backend)" >&2
+if [ $# -lt 2 ] || [ ! -d "$1" ]; then
+  echo "usage: tools/gpu_check.sh SOURCE OUT_DIR [--quick]   (SOURCE: a gpu_pack folder or a CUDA build dir)" >&2
   exit 2
 fi
-build_dir=$(cd "$1" && pwd)
+source=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
 quick=""
-[ "${2:-}" = "--quick" ] && quick="--quick"
+[ "${3:-}" = "--quick" ] && quick="--quick"
 python=${PYTHON:-python3}
-ctest=${CTEST:-ctest}
-cmake=${CMAKE:-cmake}
+export PYTHONUNBUFFERED=1
+
+if [ -x "$source/bin/heed_tests" ]; then  # a pack
+  tests="$source/bin/heed_tests" bench="$source/bin/heed-bench" charlm="$source/bin/charlm"
+  probe="$source/bin/gpu-sdpa-probe"
+  export LD_LIBRARY_PATH="$source/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+elif [ -f "$source/CMakeCache.txt" ]; then  # a build directory
+  if grep -q "HEED_CUDA_EMULATION:BOOL=ON" "$source/CMakeCache.txt"; then
+    echo "gpu_check: $source is the CPU emulation build; give a pack or a build with the real CUDA backend" >&2
+    exit 2
+  fi
+  tests="$source/tests/heed_tests" bench="$source/tools/heed-bench" charlm="$source/examples/charlm"
+  probe="$source/gpu_sdpa_probe/build/gpu-sdpa-probe"
+else
+  echo "gpu_check: $source is neither a gpu_pack folder nor a heed build directory" >&2
+  exit 2
+fi
 
 # ---- is there a GPU? ------------------------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no NVIDIA GPU on this machine (nvidia-smi missing or lists no device); nothing to check" >&2
   exit 3
 fi
-nvidia-smi -L
-if [ ! -f "$build_dir/CMakeCache.txt" ]; then
-  echo "gpu_check: $build_dir is not a heed build directory (no CMakeCache.txt)" >&2
-  exit 2
-fi
-if grep -q "HEED_CUDA_EMULATION:BOOL=ON" "$build_dir/CMakeCache.txt"; then
-  echo "gpu_check: $build_dir is the CPU emulation build; give a build with the real CUDA backend" >&2
-  exit 2
-fi
+{
+  date -u +%Y-%m-%dT%H:%MZ
+  nvidia-smi -L
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+  "$python" -c 'import torch; print("torch", torch.__version__)' 2>&1
+  [ -f "$source/BUILD_INFO" ] && cat "$source/BUILD_INFO"
+} | tee "$out/environment.txt"
+device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
-declare -a summary
+declare -a names results seconds details
 status=0
+# record NAME RESULT(ok|FAIL|unavailable) SECONDS DETAIL
+record() {
+  names+=("$1") results+=("$2") seconds+=("$3") details+=("$4")
+  [ "$2" = "FAIL" ] && status=1
+  return 0
+}
 
-# ---- 1. the CUDA test suite ---------------------------------------------------------------
-start=$(date +%s)
-log=$(mktemp)
-(cd "$build_dir" && "$ctest" --output-on-failure -R '^(test_cuda|test_backend_ops)$') 2>&1 | tee "$log"
-tests_rc=${PIPESTATUS[0]}
-# The suite skips (and passes) when heed itself sees no device: that is a failure here. ctest
-# hides the skip message of a passing test, so ask the binary directly.
-if "$build_dir/tests/heed_tests" --source-file='*test_cuda.cpp' --test-case='cuda: availability*' \
-  --no-intro=true 2>&1 | tee -a "$log" | grep -q "test_cuda: skipped"; then
-  grep "test_cuda: skipped" "$log" >&2
-  echo "gpu_check: nvidia-smi sees a GPU but heed does not (see the skip reason above)" >&2
-  tests_rc=1
-fi
-rm -f "$log"
-summary+=("$(printf '%-44s %-6s %5ss' 'ctest -R test_cuda, test_backend_ops' "$([ $tests_rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)))")
-[ $tests_rc = 0 ] || status=1
+# ---- 1. the CUDA suites -----------------------------------------------------------------------
+for suite in test_cuda test_backend_ops; do
+  start=$(date +%s)
+  "$tests" --source-file="*$suite.cpp" --no-intro=true >"$out/$suite.log" 2>&1
+  rc=$?
+  tail -4 "$out/$suite.log"
+  # A skip means heed does not see the GPU that nvidia-smi lists: a failure here.
+  if grep -q "SKIPPED" "$out/$suite.log"; then rc=1; fi
+  assertions=$(grep -oE 'assertions: *[0-9]+' "$out/$suite.log" | grep -oE '[0-9]+' | head -1)
+  record "$suite" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)) "${assertions:-0} assertions"
+done
 
-# ---- 2. heed vs torch SDPA ------------------------------------------------------------------
+# ---- 2. compute-sanitizer on the attention and LayerNorm kernels ------------------------------
+cases='cuda: flash attention forward and backward*,cuda: tensor-core flash attention*,cuda: layer_norm*'
+for tool in memcheck racecheck; do
+  start=$(date +%s)
+  if ! command -v compute-sanitizer >/dev/null 2>&1; then
+    record "compute-sanitizer $tool" unavailable 0 "compute-sanitizer not installed"
+    continue
+  fi
+  compute-sanitizer --tool "$tool" --error-exitcode 97 "$tests" --source-file='*test_cuda.cpp' \
+    --test-case="$cases" --no-intro=true >"$out/sanitizer_$tool.log" 2>&1
+  rc=$?
+  tail -3 "$out/sanitizer_$tool.log"
+  if grep -qE "Device not supported|Target application terminated before first instrumented API call" \
+    "$out/sanitizer_$tool.log"; then
+    record "compute-sanitizer $tool" unavailable $(($(date +%s) - start)) "refused on this runtime (see log)"
+  else
+    summary_line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer_$tool.log" | tail -1)
+    record "compute-sanitizer $tool" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)) \
+      "${summary_line:-no summary line}"
+  fi
+done
+
+# ---- 3. heed vs torch SDPA --------------------------------------------------------------------
 start=$(date +%s)
-probe_build="$build_dir/gpu_sdpa_probe"
-mkdir -p "$probe_build"
-cat >"$probe_build/CMakeLists.txt" <<CMAKE
-cmake_minimum_required(VERSION 3.20)
-project(heed_gpu_sdpa_probe CXX)
-set(CMAKE_CXX_STANDARD 20)
-find_package(heed CONFIG REQUIRED)
-add_executable(gpu-sdpa-probe "$source_dir/tools/gpu_sdpa_probe.cpp")
-target_link_libraries(gpu-sdpa-probe PRIVATE heed::heed)
-CMAKE
-sdpa_rc=0
-if "$cmake" -S "$probe_build" -B "$probe_build/build" -DCMAKE_BUILD_TYPE=Release -Dheed_DIR="$build_dir" \
-  >"$probe_build/configure.log" 2>&1 && "$cmake" --build "$probe_build/build" >"$probe_build/build.log" 2>&1; then
-  "$python" tools/gpu_sdpa_vs_torch.py "$probe_build/build/gpu-sdpa-probe" $quick
-  sdpa_rc=$?
+if [ -x "$probe" ]; then
+  "$python" tools/gpu_sdpa_vs_torch.py "$probe" $quick --json "$out/sdpa.json" 2>&1 | tee "$out/sdpa.log"
+  rc=${PIPESTATUS[0]}
+  detail=$("$python" - "$out/sdpa.json" <<'PY' 2>/dev/null
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+r = rows[-2] if len(rows) > 2 else rows[-1]
+print(f"{r['case']}: fwd {r['heed_fwd_tflops']:.0f} TFLOP/s ({r['fwd_speed_vs_torch']:.2f}x torch), "
+      f"f+b {r['heed_fb_tflops']:.0f} TFLOP/s ({r['fb_speed_vs_torch']:.2f}x torch)")
+PY
+  )
+  record "flash attention vs torch SDPA" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)) \
+    "${detail:-see sdpa.log}"
 else
-  echo "gpu_check: could not build tools/gpu_sdpa_probe.cpp (logs in $probe_build)" >&2
-  tail -20 "$probe_build/configure.log" "$probe_build/build.log" >&2
-  sdpa_rc=2
-fi
-summary+=("$(printf '%-44s %-6s %5ss' 'flash attention vs torch SDPA' \
-  "$([ $sdpa_rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)))")
-[ $sdpa_rc = 0 ] || status=1
-
-# ---- 3. the LM training step and causal attention on the GPU (heed-bench) -------------------
-bench="$build_dir/tools/heed-bench"
-if [ -x "$bench" ]; then
-  for args in "lm --vocab 256 --d 256 --heads 4 --layers 4 --seq 128 --batch 16 --steps 10 --warmup 3" \
-              "attn --batch 4 --heads 8 --d 512 --seq 1024 --steps 5 --warmup 1"; do
-    start=$(date +%s)
-    if line=$("$bench" $args --device cuda); then
-      echo "$line"
-      ms=$(echo "$line" | "$python" -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])')
-      summary+=("$(printf '%-44s %-6s %5ss  %s ms/step' "heed-bench ${args%% *} (cuda)" ok $(($(date +%s) - start)) "$ms")")
-    else
-      summary+=("$(printf '%-44s %-6s %5ss' "heed-bench ${args%% *} (cuda)" FAIL $(($(date +%s) - start)))")
-      status=1
-    fi
-  done
+  record "flash attention vs torch SDPA" FAIL 0 "no probe program at $probe (tools/gpu_pack.sh builds it)"
 fi
 
-# ---- 4. heed::dist with CUDA tensors: a 1-rank NCCL group, 2 ranks over Gloo via the host --
+# ---- 4. heed lm (bf16) vs torch eager -------------------------------------------------------------
 start=$(date +%s)
-dist_log=$(mktemp)
-"$build_dir/tests/heed_tests" --source-file='*test_dist.cpp' \
-  --test-case="dist: CUDA tensors staged*,dist: backend 'nccl' on a GPU*" --no-intro=true 2>&1 | tee "$dist_log"
-dist_rc=${PIPESTATUS[0]}
-# A skip (no Gloo, no NCCL in this build, or no device seen) is a failure here.
-if grep -q "SKIPPED" "$dist_log"; then dist_rc=1; fi
-rm -f "$dist_log"
-summary+=("$(printf '%-44s %-6s %5ss' 'dist: NCCL 1 rank, Gloo-staged 2 ranks' \
-  "$([ $dist_rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)))")
-[ $dist_rc = 0 ] || status=1
+"$python" tools/gpu_lm_vs_torch.py "$bench" $quick --json "$out/lm.json" 2>&1 | tee "$out/lm.log"
+rc=${PIPESTATUS[0]}
+detail=$("$python" -c 'import json,sys; print("; ".join(f"{r[\"case\"]}: {r[\"heed_over_torch\"]:.2f}x torch tokens/s" for r in json.load(open(sys.argv[1]))["rows"]))' "$out/lm.json" 2>/dev/null)
+record "lm bf16 step vs torch eager" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)) \
+  "${detail:-see lm.log}"
+for args in "lm --vocab 256 --d 256 --heads 4 --layers 4 --seq 128 --batch 16 --steps 10 --warmup 3" \
+  "attn --batch 4 --heads 8 --d 512 --seq 1024 --steps 5 --warmup 1"; do
+  start=$(date +%s)
+  if line=$("$bench" $args --device cuda 2>>"$out/heed_bench.log"); then
+    echo "$line" | tee -a "$out/heed_bench.log"
+    ms=$(echo "$line" | "$python" -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])')
+    record "heed-bench ${args%% *} float32 (cuda)" ok $(($(date +%s) - start)) "$ms ms/step"
+  else
+    record "heed-bench ${args%% *} float32 (cuda)" FAIL $(($(date +%s) - start)) "see heed_bench.log"
+  fi
+done
 
+# ---- 5. charlm on CUDA against the CPU ------------------------------------------------------------
+start=$(date +%s)
+iters=200
+[ -n "$quick" ] && iters=40
+charlm_args=(--iters $iters --warmup 20 --eval-every $iters --eval-batches 20 --final-eval-batches 20
+  --sample-tokens 0 --seed 3)
+"$charlm" "${charlm_args[@]}" --device cuda --out-dir "$out/charlm_cuda" >"$out/charlm_cuda.log" 2>&1
+rc_gpu=$?
+"$charlm" "${charlm_args[@]}" --device cpu --out-dir "$out/charlm_cpu" >"$out/charlm_cpu.log" 2>&1
+rc_cpu=$?
+detail=$("$python" - "$out/charlm_cuda/metrics.jsonl" "$out/charlm_cpu/metrics.jsonl" <<'PY'
+import json, math, sys
+def read(path):
+    train, val = [], None
+    for line in open(path):
+        rec = json.loads(line)
+        if "loss" in rec and "iter" in rec: train.append(rec["loss"])
+        if "final_val_loss" in rec: val = rec["final_val_loss"]
+    return train, val
+try:
+    gpu, cpu = read(sys.argv[1]), read(sys.argv[2])
+except (OSError, ValueError) as e:
+    print(f"FAIL no metrics to compare ({e})")
+    sys.exit(0)
+finite = all(math.isfinite(x) for x in gpu[0]) and gpu[1] is not None and math.isfinite(gpu[1])
+close = finite and abs(gpu[1] - cpu[1]) <= 0.02 * cpu[1]
+print(("ok" if close else "FAIL") + f" val loss cuda {gpu[1]:.4f} cpu {cpu[1]:.4f}, {len(gpu[0])} logged train losses finite: {finite}")
+PY
+)
+result=FAIL
+[ $rc_gpu = 0 ] && [ $rc_cpu = 0 ] && [ "${detail%% *}" = ok ] && result=ok
+record "charlm $iters iterations cuda vs cpu" $result $(($(date +%s) - start)) "${detail#* }"
+
+# ---- 6. heed::dist with CUDA tensors ----------------------------------------------------------------
+start=$(date +%s)
+"$tests" --source-file='*test_dist.cpp' \
+  --test-case="dist: CUDA tensors staged*,dist: backend 'nccl' on a GPU*" --no-intro=true >"$out/dist.log" 2>&1
+rc=$?
+if grep -q "SKIPPED" "$out/dist.log"; then rc=1; fi  # no Gloo, no NCCL or no device: a failure here
+record "dist: NCCL 1 rank, Gloo-staged 2 ranks" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - start)) ""
+
+# ---- summary ------------------------------------------------------------------------------------
+{
+  echo "| check | result | seconds | detail |"
+  echo "| --- | --- | --- | --- |"
+  for i in "${!names[@]}"; do
+    echo "| ${names[$i]} | ${results[$i]} | ${seconds[$i]} | ${details[$i]} |"
+  done
+} >"$out/summary.md"
+for i in "${!names[@]}"; do
+  printf '%s\t%s\t%s\t%s\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}" "${details[$i]}"
+done | "$python" -c '
+import json, sys
+rows = [dict(zip(("check", "result", "seconds", "detail"), line.rstrip("\n").split("\t"))) for line in sys.stdin]
+for r in rows: r["seconds"] = int(r["seconds"])
+json.dump({"device": sys.argv[1], "environment": open(sys.argv[2]).read(), "checks": rows}, open(sys.argv[3], "w"), indent=1)
+' "$device_name" "$out/environment.txt" "$out/summary.json"
 echo
-echo "gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
-printf '%s\n' "${summary[@]}"
+echo "gpu_check summary ($device_name); files in $out"
+cat "$out/summary.md"
 exit $status

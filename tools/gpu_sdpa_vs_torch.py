@@ -6,10 +6,11 @@ For each case it draws q, k, v and an upstream gradient with torch (float32, see
 them as raw float32 files, runs heed's side through the probe program (tools/gpu_sdpa_probe.cpp,
 built by tools/gpu_check.sh), and compares heed's output and gradients with a float64 torch
 reference on the GPU (max |heed - ref| / max |ref|). It then times torch's SDPA in the same
-dtype (and, for information, torch in float16, which may pick its own flash kernel) and prints
-a table, last.
+dtype (torch picks its own flash kernel for 16-bit inputs) and prints a table, last: both
+sides' milliseconds, TFLOP/s (causal: only the visible pairs count; forward 2 matmuls,
+forward+backward 7) and heed's speed as a fraction of torch's.
 
-Usage: gpu_sdpa_vs_torch.py PROBE [--steps N] [--quick]
+Usage: gpu_sdpa_vs_torch.py PROBE [--steps N] [--quick] [--json FILE]
 Exit status: 0 when every case is within tolerance, 1 when one is not, 2 on bad setup (no
 torch, no GPU, no probe).
 """
@@ -20,19 +21,30 @@ import subprocess
 import sys
 import tempfile
 
-# (B, H, T, D, causal, dtype): odd T included; dtype is what heed receives (its flash kernel
-# computes in float32 for 16-bit inputs).
+# (B, H, T, D, causal, dtype): odd T included; dtype is what heed receives (16-bit with D 64 or
+# 128 runs on heed's tensor-core kernels, float32 on its CUDA-core kernels). The last two are
+# issue 18's target shape.
 CASES = [
     (2, 4, 127, 64, False, "float32"),
     (2, 4, 127, 64, True, "float32"),
+    (2, 4, 127, 64, True, "bfloat16"),
     (4, 8, 1024, 64, True, "float32"),
     (4, 8, 1024, 64, True, "float16"),
     (2, 8, 2048, 128, True, "bfloat16"),
+    (4, 16, 4096, 128, True, "bfloat16"),
+    (4, 16, 4096, 128, True, "float16"),
 ]
-QUICK_CASES = CASES[:2]
+QUICK_CASES = CASES[:3]
 # Relative (to max |ref|) tolerance by dtype: float32 differs by summation order only (TF32
-# off); 16-bit inputs are rounded once, outputs once.
+# off); 16-bit inputs are rounded once, P once before P V (and dS before the gradient
+# products), outputs and gradients once.
 TOLERANCE = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def attention_tflop(B, H, T, D, causal, matmuls):
+    """TFLOP of `matmuls` (T x T x D) products over the visible query-key pairs."""
+    pairs = T * (T + 1) / 2 if causal else T * T
+    return 2.0 * matmuls * B * H * pairs * D / 1e12
 
 
 def fail_setup(message):
@@ -44,7 +56,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("probe", help="path of the built gpu-sdpa-probe program")
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--quick", action="store_true", help="only the two small cases")
+    parser.add_argument("--quick", action="store_true", help="only the three small cases")
+    parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args()
     try:
         import numpy as np
@@ -114,15 +127,25 @@ def main():
             tdt = to_torch_dtype[dtype]
             qt, kt, vt = (rounded[n].to(dev, tdt).requires_grad_() for n in ("q", "k", "v"))
             torch_f, torch_s = time_torch(qt, kt, vt, rounded["dout"].to(dev, tdt), causal, args.steps)
-            rows.append((f"B{B} H{H} T{T} D{D}{' causal' if causal else ''} {dtype}", max(errors.values()),
-                         "ok" if ok else "FAIL", heed_times["forward_ms"], torch_f,
-                         heed_times["forward_backward_ms"], torch_s))
+            fwd_tf, step_tf = attention_tflop(B, H, T, D, causal, 2), attention_tflop(B, H, T, D, causal, 7)
+            hf, hs = heed_times["forward_ms"], heed_times["forward_backward_ms"]
+            rows.append({"case": f"B{B} H{H} T{T} D{D}{' causal' if causal else ''} {dtype}",
+                         "max_rel_err": max(errors.values()), "errors": errors, "ok": ok,
+                         "heed_fwd_ms": hf, "torch_fwd_ms": torch_f, "heed_fb_ms": hs, "torch_fb_ms": torch_s,
+                         "heed_fwd_tflops": fwd_tf / hf * 1e3, "torch_fwd_tflops": fwd_tf / torch_f * 1e3,
+                         "heed_fb_tflops": step_tf / hs * 1e3, "torch_fb_tflops": step_tf / torch_s * 1e3,
+                         "fwd_speed_vs_torch": torch_f / hf, "fb_speed_vs_torch": torch_s / hs})
 
-    header = ("case", "max rel err", "", "heed fwd ms", "torch fwd ms", "heed f+b ms", "torch f+b ms")
-    print(f"{header[0]:<36} {header[1]:>11} {header[2]:>4} {header[3]:>12} {header[4]:>12} {header[5]:>12} "
-          f"{header[6]:>12}")
-    for name, err, status, hf, tf, hs, ts in rows:
-        print(f"{name:<36} {err:>11.2e} {status:>4} {hf:>12.3f} {tf:>12.3f} {hs:>12.3f} {ts:>12.3f}")
+    print(f"{'case':<36} {'max rel err':>11} {'':>4} {'heed fwd ms':>11} {'torch fwd':>9} {'TFLOP/s':>13} "
+          f"{'heed f+b ms':>11} {'torch f+b':>9} {'TFLOP/s':>13} {'speed fwd':>9} {'f+b':>6}")
+    for r in rows:
+        print(f"{r['case']:<36} {r['max_rel_err']:>11.2e} {'ok' if r['ok'] else 'FAIL':>4} {r['heed_fwd_ms']:>11.3f} "
+              f"{r['torch_fwd_ms']:>9.3f} {r['heed_fwd_tflops']:>6.1f}/{r['torch_fwd_tflops']:<6.1f} "
+              f"{r['heed_fb_ms']:>11.3f} {r['torch_fb_ms']:>9.3f} {r['heed_fb_tflops']:>6.1f}/{r['torch_fb_tflops']:<6.1f} "
+              f"{r['fwd_speed_vs_torch']:>9.3f} {r['fb_speed_vs_torch']:>6.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
     return 0 if all_ok else 1
 
 
