@@ -51,24 +51,14 @@ int check(const CheckOptions& o) {
     report = doctor::run_checks(doctor::seq2seq_subject(*model, b.src, b.tgt_in, b.tgt_out));
   } else if (config.contains("chars")) {
     kind = "charlm";
-    // The bounds of charlm's flags (the vocabulary is at most the 256 byte values).
-    const io::JsonFields fields(config, "doctor", o.checkpoint);
-    nn::TransformerLMOptions mo;
-    mo.vocab = fields.integer("vocab", 1, 256);
-    mo.d_model = fields.integer("d_model", 1, 16384);
-    mo.heads = fields.integer("heads", 1, 256);
-    mo.layers = fields.integer("layers", 1, 64);
-    mo.context = fields.integer("block", 2, 4096);
-    mo.dropout = fields.number("dropout", 0.0, 0.99);
-    mo.scale = nn::parse_attention_scale(fields.string("attn_scale"));
-    HEED_CHECK(mo.d_model % mo.heads == 0, "doctor", "{}: d_model {} is not divisible by heads {}", o.checkpoint,
-               mo.d_model, mo.heads);
+    const charlm::SavedModel saved = charlm::read_saved_model(config, o.checkpoint, "doctor");
+    const nn::TransformerLMOptions& mo = saved.options;
     nn::TransformerLM model(mo);
     io::load_checkpoint(o.checkpoint, model);
     std::string text;
-    const std::string source = o.data.empty() ? fields.string("data") : o.data;
+    const std::string source = o.data.empty() ? saved.data : o.data;
     if (source == "generated") {
-      text = charlm::generated_corpus(fields.unsigned_integer("seed", uint64_t{1} << 62), 400000);
+      text = charlm::generated_corpus(saved.seed, 400000);
     } else {
       std::ifstream in(source, std::ios::binary);
       HEED_CHECK(in.good(), "doctor", "cannot read the training data '{}' (pass --data PATH)", source);
@@ -213,7 +203,7 @@ int main(int argc, char** argv) {
         std::printf("%s", args.usage().c_str());
         return 0;
       case cli::ArgParser::Outcome::Error:
-        std::fprintf(stderr, "heed-doctor: %s\n\n%s", args.error().c_str(), args.usage().c_str());
+        std::fprintf(stderr, "heed-doctor %s: %s (see --help)\n", command.c_str(), args.error().c_str());
         return 2;
       case cli::ArgParser::Outcome::Ok:
         break;
@@ -234,14 +224,13 @@ int main(int argc, char** argv) {
         std::printf("%s", args.usage().c_str());
         return 0;
       case cli::ArgParser::Outcome::Error:
-        std::fprintf(stderr, "heed-doctor: %s\n\n%s", args.error().c_str(), args.usage().c_str());
+        std::fprintf(stderr, "heed-doctor %s: %s (see --help)\n", command.c_str(), args.error().c_str());
         return 2;
       case cli::ArgParser::Outcome::Ok:
         break;
     }
     return cli::run_guarded("heed-doctor", [&] { return probe(o); });
   }
-  std::fprintf(stderr, "heed-doctor: unknown command '%s'\n\n", command.c_str());
-  usage(stderr);
+  std::fprintf(stderr, "heed-doctor: unknown command '%s' (see --help)\n", command.c_str());
   return 2;
 }

@@ -53,13 +53,16 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The device the model's parameters live on (inputs go there).
+Device device_of(const nn::TransformerLM& model) { return model.parameters().front().device(); }
+
 double estimate_loss(const nn::TransformerLM& model, const std::vector<int64_t>& data, int64_t batches, int64_t batch,
                      int64_t block) {
   NoGradGuard no_grad;
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = get_batch(data, batch, block);
-    total += F::cross_entropy(model.forward(x), y).item<double>();
+    total += F::cross_entropy(model.forward(x.to(device_of(model))), y.to(device_of(model))).item<double>();
   }
   return total / static_cast<double>(batches);
 }
@@ -85,8 +88,9 @@ std::string sample(const nn::TransformerLM& model, const Dataset& d, const std::
       caches = model.make_caches();
       pending.assign(context.end() - std::min<long>(static_cast<long>(context.size()), block / 2), context.end());
     }
-    const Tensor logits = model.forward(from_vector(pending, {1, static_cast<int64_t>(pending.size())}), &caches);
-    std::vector<float> last = logits.select(1, -1).squeeze(0).to_vector<float>();
+    const Tensor ids = from_vector(pending, {1, static_cast<int64_t>(pending.size())}).to(device_of(model));
+    const Tensor logits = model.forward(ids, &caches);
+    std::vector<float> last = logits.select(1, -1).squeeze(0).to(kCPU).to(kFloat32).to_vector<float>();
     // top-k, temperature, then sample with the default generator.
     std::vector<float> sorted = last;
     const int64_t k = std::min<int64_t>(top_k, static_cast<int64_t>(last.size()));
@@ -132,6 +136,28 @@ void check_history(const nlohmann::json& history, const std::string& checkpoint)
   for (size_t i = 0; i < entropy.size(); ++i) io::json_numbers(entropy[i], h.element_place("entropy", i), 0.0);
 }
 
+// --sample-only: the model's shape and the character table come from the checkpoint, so
+// neither --data nor the model flags are needed (flags that differ are ignored, and the
+// model used is printed). The checkpoint's RNG state is restored, so a checkpoint always
+// gives the same sample for the same prompt.
+int sample_from_checkpoint(const Options& o, const std::string& path, Device device) {
+  const charlm::SavedModel saved = charlm::read_saved_model(io::read_config(path), path, "charlm");
+  nn::TransformerLM model(saved.options);
+  const io::RestoredCheckpoint restored = io::load_checkpoint(path, model);
+  model.to(device);
+  model.eval();
+  const nn::TransformerLMOptions& mo = saved.options;
+  std::printf(
+      "loaded %s (iteration %lld; d_model %lld, %lld heads, %lld layers, block %lld, %lld characters, "
+      "trained on %s)\n",
+      path.c_str(), static_cast<long long>(restored.step), static_cast<long long>(mo.d_model),
+      static_cast<long long>(mo.heads), static_cast<long long>(mo.layers), static_cast<long long>(mo.context),
+      static_cast<long long>(mo.vocab), saved.data == "generated" ? "the generated corpus" : saved.data.c_str());
+  std::printf("%s%s\n", o.prompt.c_str(),
+              sample(model, saved.vocabulary, o.prompt, o.sample_tokens, o.temperature, o.top_k).c_str());
+  return 0;
+}
+
 int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   const Device device = parse_device(o.device);
@@ -167,6 +193,8 @@ int run(const Options& o) {
   const std::string checkpoint = !o.checkpoint.empty() ? o.checkpoint
                                  : group               ? o.out_dir + "/checkpoints"
                                                        : o.out_dir + "/charlm.ckpt";
+
+  if (o.sample_only) return sample_from_checkpoint(o, checkpoint, device);
 
   std::string text;
   if (o.data.empty()) {
@@ -244,13 +272,11 @@ int run(const Options& o) {
     start = restored.step;
     if (restored.extra.is_object()) history = restored.extra;
     check_history(history, path);
-    if (!o.sample_only) {
-      // The precision and the loss scaler's state, so that the continued run is exact.
-      const std::string trained_amp = history.value("amp", std::string("none"));
-      HEED_CHECK(trained_amp == o.amp, "charlm", "{} was trained with --amp {}; pass the same flag to resume", path,
-                 trained_amp);
-      if (history.contains("grad_scaler")) scaler.load_state_dict(history["grad_scaler"]);
-    }
+    // The precision and the loss scaler's state, so that the continued run is exact.
+    const std::string trained_amp = history.value("amp", std::string("none"));
+    HEED_CHECK(trained_amp == o.amp, "charlm", "{} was trained with --amp {}; pass the same flag to resume", path,
+               trained_amp);
+    if (history.contains("grad_scaler")) scaler.load_state_dict(history["grad_scaler"]);
     std::printf("loaded %s (iteration %lld)\n", path.c_str(), static_cast<long long>(start));
   };
   if (group && o.resume) {
@@ -259,14 +285,8 @@ int run(const Options& o) {
     HEED_CHECK(point.rank_state.value("iteration", int64_t{-1}) == start, "charlm",
                "{}: rank {}'s state is for iteration {}, the model for {}", point.dir, rank,
                point.rank_state.value("iteration", int64_t{-1}), start);
-  } else if (o.resume || o.sample_only) {
+  } else if (o.resume) {
     load(checkpoint);
-  }
-  if (o.sample_only) {
-    model.eval();
-    std::printf("%s%s\n", o.prompt.c_str(),
-                sample(model, data, o.prompt, o.sample_tokens, o.temperature, o.top_k).c_str());
-    return 0;
   }
 
   report::MetricsLog log(out_dir + "/metrics.jsonl", o.resume);
@@ -329,7 +349,7 @@ int run(const Options& o) {
         NoGradGuard no_grad;
         auto [px, py] = get_batch(data.val, 1, o.block);
         monitor.record(true);
-        model.forward(px);
+        model.forward(px.to(device));
         monitor.record(false);
         for (const auto& layer : monitor.attention_stats()) entropy.push_back(layer.mean_entropy());
       }
@@ -420,12 +440,13 @@ int run(const Options& o) {
     }
     auto attn = model.block(model.options().layers - 1)->self_attn;
     attn->set_record_weights(true);
-    model.forward(from_vector(window_ids, {1, n}));
+    model.forward(from_vector(window_ids, {1, n}).to(device));
     attn->set_record_weights(false);
     const Tensor w = attn->last_weights();  // (1,H,n,n)
     std::vector<report::svg::Panel> panels;
     for (int64_t h = 0; h < w.size(1); ++h)
-      panels.push_back({fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kFloat64).to_vector<double>(), n, n});
+      panels.push_back(
+          {fmt::format("head {}", h), w.select(0, 0).select(0, h).to(kCPU).to(kFloat64).to_vector<double>(), n, n});
     report::svg::heatmap_grid(out_dir + "/attention.svg", "last block's causal self-attention (rows: queries)", panels,
                               labels, labels, 2);
   }
@@ -469,7 +490,9 @@ int main(int argc, char** argv) {
                   "under heed-run: all-reduce gradient buckets on a communication thread during backward (on) or "
                   "in the gradient hooks (off); results are identical",
                   {"on", "off"});
-  args.add_flag("sample-only", &o.sample_only, "load the checkpoint and only sample");
+  args.add_flag("sample-only", &o.sample_only,
+                "load the checkpoint and only sample (its model shape and characters come from the checkpoint: no "
+                "--data or model flags needed)");
   args.add_string("prompt", &o.prompt, "text to start sampling from");
   args.add_int("sample-tokens", &o.sample_tokens, "characters to sample", 0, 1000000);
   args.add_double("temperature", &o.temperature, "sampling temperature", 1e-3, 100);

@@ -46,6 +46,35 @@ Dataset load_dataset(const std::string& text) {
   return d;
 }
 
+SavedModel read_saved_model(const nlohmann::json& config, const std::string& source, const char* op) {
+  HEED_CHECK(config.is_object() && config.contains("chars"), op,
+             "{} is not a charlm checkpoint (its configuration has no character table)", source);
+  const io::JsonFields fields(config, op, source);
+  SavedModel saved;
+  // The bounds of charlm's flags (the vocabulary is at most the 256 byte values).
+  nn::TransformerLMOptions& mo = saved.options;
+  mo.vocab = fields.integer("vocab", 1, 256);
+  mo.d_model = fields.integer("d_model", 1, 16384);
+  mo.heads = fields.integer("heads", 1, 256);
+  mo.layers = fields.integer("layers", 1, 64);
+  mo.context = fields.integer("block", 2, 4096);
+  mo.dropout = fields.number("dropout", 0.0, 0.99);
+  mo.scale = nn::parse_attention_scale(fields.string("attn_scale"));
+  HEED_CHECK(mo.d_model % mo.heads == 0, op, "{}: d_model {} is not divisible by heads {}", source, mo.d_model,
+             mo.heads);
+  const std::vector<double> bytes = fields.numbers("chars", 0, 255, mo.vocab);
+  for (double byte : bytes) {
+    const auto c = static_cast<unsigned char>(byte);
+    HEED_CHECK(static_cast<double>(c) == byte && !saved.vocabulary.index.count(c), op,
+               "{}: the character table holds {} twice or as a non-integer", source, byte);
+    saved.vocabulary.index[c] = static_cast<int64_t>(saved.vocabulary.chars.size());
+    saved.vocabulary.chars.push_back(std::string(1, static_cast<char>(c)));
+  }
+  saved.data = fields.string("data");
+  saved.seed = fields.unsigned_integer("seed", uint64_t{1} << 62);
+  return saved;
+}
+
 // Random windows: x (B,T) and the next characters y (B,T), drawn with the default generator.
 std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t batch, int64_t block) {
   HEED_CHECK(static_cast<int64_t>(data.size()) > block + 1, "charlm",
