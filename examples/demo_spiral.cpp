@@ -3,6 +3,7 @@
 // problem), with hand-written SGD, printing the loss and accuracy as it goes.
 //
 // Usage: demo_spiral [--steps N] [--seed S] [--threads T] [--help]
+#include <fmt/format.h>
 #include <heed/heed.h>
 
 #include <chrono>
@@ -21,20 +22,25 @@ struct Options {
   int threads = 0;
 };
 
-[[noreturn]] void usage(int status) {
-  std::fprintf(status == 0 ? stdout : stderr,
-               "usage: demo_spiral [--steps N] [--seed S] [--threads T]\n"
-               "Trains a 2-layer MLP (2 -> 64 -> 3, ReLU) on three spirals with SGD and prints\n"
-               "the loss and training accuracy.\n");
-  std::exit(status);
+[[noreturn]] void help() {
+  std::printf(
+      "usage: demo_spiral [--steps N] [--seed S] [--threads T]\n"
+      "Trains a 2-layer MLP (2 -> 64 -> 3, ReLU) on three spirals with SGD and prints\n"
+      "the loss and training accuracy.\n");
+  std::exit(0);
+}
+
+// A usage error: one line naming the flag, then exit status 2.
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "demo_spiral: %s (see --help)\n", message.c_str());
+  std::exit(2);
 }
 
 long parse_int(const char* flag, const char* text, long low, long high) {
   char* end = nullptr;
   const long v = std::strtol(text, &end, 10);
   if (!end || *end != '\0' || v < low || v > high) {
-    std::fprintf(stderr, "demo_spiral: %s expects an integer in [%ld, %ld], got '%s'\n", flag, low, high, text);
-    usage(2);
+    usage_error(fmt::format("{} expects an integer in [{}, {}], got '{}'", flag, low, high, text));
   }
   return v;
 }
@@ -43,21 +49,16 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") usage(0);
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "demo_spiral: unknown or incomplete argument '%s'\n", arg.c_str());
-      usage(2);
-    }
+    if (arg == "--help" || arg == "-h") help();
+    if (i + 1 >= argc) usage_error(fmt::format("unknown or incomplete argument '{}'", arg));
     if (arg == "--steps")
       o.steps = static_cast<int>(parse_int("--steps", argv[++i], 1, 1000000));
     else if (arg == "--seed")
       o.seed = static_cast<uint64_t>(parse_int("--seed", argv[++i], 0, 1L << 40));
     else if (arg == "--threads")
       o.threads = static_cast<int>(parse_int("--threads", argv[++i], 1, 256));
-    else {
-      std::fprintf(stderr, "demo_spiral: unknown argument '%s'\n", arg.c_str());
-      usage(2);
-    }
+    else
+      usage_error(fmt::format("unknown argument '{}'", arg));
   }
   return o;
 }

@@ -2,8 +2,9 @@
 //
 // Runs heed::gradcheck (float64 central differences against backward) on the cases of
 // tools/op_cases.h and prints a table, or one JSON document with --json.
-// Exit status: 0 when every selected case passes, 1 when any fails, 2 on bad arguments
-// (with a usage message on stderr). Written as a user program: heed::heed + <heed/heed.h>.
+// Exit status: 0 when every selected case passes, 1 when any fails, 2 on bad arguments (one
+// line on stderr naming the problem, "(see --help)"). Written as a user program: heed::heed +
+// <heed/heed.h>.
 #include <heed/heed.h>
 
 #include <charconv>
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
     const std::vector<const OpCase*> cases = selected_cases(options);
     return options.list ? list_cases(cases, options.json) : run_cases(cases, options);
   } catch (const UsageError& e) {
-    std::cerr << "heed-gradcheck: " << e.message << "\n\n" << kUsage;
+    std::cerr << "heed-gradcheck: " << e.message << " (see --help)\n";
     return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "heed-gradcheck: " << e.what() << "\n";

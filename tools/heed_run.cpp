@@ -120,13 +120,13 @@ int main(int argc, char** argv) {
       std::printf("%s", args.usage().c_str());
       return 0;
     case heed::cli::ArgParser::Outcome::Error:
-      std::fprintf(stderr, "heed-run: %s\n\n%s", args.error().c_str(), args.usage().c_str());
+      std::fprintf(stderr, "heed-run: %s (see --help)\n", args.error().c_str());
       return 2;
     case heed::cli::ArgParser::Outcome::Ok:
       break;
   }
   auto usage_error = [&](const std::string& message) {
-    std::fprintf(stderr, "heed-run: %s\n\n%s", message.c_str(), args.usage().c_str());
+    std::fprintf(stderr, "heed-run: %s (see --help)\n", message.c_str());
     return 2;
   };
   if (split >= argc - 1) return usage_error("no program given: heed-run [options] -- PROGRAM [ARGS...]");

@@ -23,7 +23,7 @@ inline int parse_and_run(heed::cli::ArgParser& args, const std::string& program,
       std::printf("%s", args.usage().c_str());
       return 0;
     case heed::cli::ArgParser::Outcome::Error:
-      std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), args.error().c_str(), args.usage().c_str());
+      std::fprintf(stderr, "%s: %s (see --help)\n", program.c_str(), args.error().c_str());
       return 2;
     case heed::cli::ArgParser::Outcome::Ok:
       break;

@@ -112,11 +112,13 @@ void write_file(const std::string& path, const std::string& content) {
 const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
-std::string tick(double v) {
-  if (v == 0) return "0";
-  const double a = std::fabs(v);
-  if (a >= 1e4 || a < 1e-2) return fmt::format("{:.1e}", v);
-  return fmt::format("{:.3g}", v);
+std::string tick(double v) { return format_value(v); }
+
+// "1.2k" for 1200 with unit 1000 and 1 decimal; trailing zeros are kept so labels line up;
+// zero is "0".
+std::string with_unit(double v, double unit, const char* suffix, int decimals) {
+  if (std::fabs(v) < 1e-9 * unit) return "0";
+  return fmt::format("{:.{}f}{}", v / unit, decimals, suffix);
 }
 
 // Colour of a value t in [0, 1] (white -> dark blue).
@@ -128,6 +130,64 @@ std::string shade(double t) {
 }
 
 }  // namespace
+
+std::string format_value(double v) {
+  if (v == 0 || !std::isfinite(v)) return fmt::format("{}", v);
+  const double a = std::fabs(v);
+  if (a >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
+  if (a >= 1e3) return fmt::format("{:.3g}k", v / 1e3);
+  if (a < 1e-3) return fmt::format("{:.2e}", v);
+  return fmt::format("{:.3g}", v);
+}
+
+AxisTicks axis_ticks(double lo, double hi, int target) {
+  AxisTicks t;
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return t;
+  if (hi < lo) std::swap(lo, hi);
+  if (hi == lo) {
+    t.at.push_back(lo);
+    t.labels.push_back(format_value(lo));
+    return t;
+  }
+  const double raw = (hi - lo) / std::max(1, target), magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double norm = raw / magnitude;
+  const double step = (norm < 1.5 ? 1.0 : norm < 3.0 ? 2.0 : norm < 7.0 ? 5.0 : 10.0) * magnitude;
+  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k += 1.0) t.at.push_back(k * step);
+  const double largest = std::max(std::fabs(lo), std::fabs(hi));
+  const double unit = largest >= 1e6 ? 1e6 : largest >= 1e3 ? 1e3 : 1.0;
+  const char* suffix = unit == 1e6 ? "M" : unit == 1e3 ? "k" : "";
+  if (unit == 1.0 && largest < 1e-3) {  // tiny values: scientific notation, 2 digits
+    for (double v : t.at) t.labels.push_back(v == 0 ? "0" : fmt::format("{:.1e}", v));
+    return t;
+  }
+  // As many decimals as the step needs in the chosen unit (step 200 in thousands: 1).
+  const int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(step / unit) - 1e-9)), 0, 6);
+  for (double v : t.at) t.labels.push_back(with_unit(v, unit, suffix, decimals));
+  return t;
+}
+
+AxisTicks log_axis_ticks(double log10_lo, double log10_hi, int target) {
+  AxisTicks t;
+  if (!std::isfinite(log10_lo) || !std::isfinite(log10_hi)) return t;
+  if (log10_hi < log10_lo) std::swap(log10_lo, log10_hi);
+  const double first = std::ceil(log10_lo - 1e-9), last = std::floor(log10_hi + 1e-9);
+  if (last - first >= 1.0) {  // at least two powers of ten: label those (every n-th if many)
+    const double every = std::max(1.0, std::ceil((last - first + 1) / (target + 1)));
+    for (double e = first; e <= last; e += every) {
+      t.at.push_back(e);
+      t.labels.push_back(format_value(std::pow(10.0, e)));
+    }
+    return t;
+  }
+  // A narrow range: ticks at readable values between, placed on the log axis.
+  const AxisTicks linear = axis_ticks(std::pow(10.0, log10_lo), std::pow(10.0, log10_hi), target);
+  for (size_t i = 0; i < linear.at.size(); ++i)
+    if (linear.at[i] > 0) {
+      t.at.push_back(std::log10(linear.at[i]));
+      t.labels.push_back(linear.labels[i]);
+    }
+  return t;
+}
 
 void line_chart(const std::string& path, const std::string& title, const std::vector<Series>& series,
                 const std::string& x_label, const std::string& y_label, bool log_y) {
@@ -158,13 +218,14 @@ void line_chart(const std::string& path, const std::string& title, const std::ve
   o << fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n", W / 2, escape(title));
   o << fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n", left, top,
                    W - left - right, H - top - bottom);
-  for (int i = 0; i <= 5; ++i) {
-    const double xv = x0 + (x1 - x0) * i / 5, yv = y0 + (y1 - y0) * i / 5;
-    const double yshown = log_y ? std::pow(10.0, yv) : yv;
-    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(xv), H - bottom + 16,
-                     tick(xv));
-    const double ypix = top + (1 - (yv - y0) / (y1 - y0)) * (H - top - bottom);
-    o << fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 6, ypix + 4, tick(yshown));
+  const AxisTicks x_ticks = axis_ticks(x0, x1), y_ticks = log_y ? log_axis_ticks(y0, y1) : axis_ticks(y0, y1);
+  for (size_t i = 0; i < x_ticks.at.size(); ++i)
+    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(x_ticks.at[i]),
+                     H - bottom + 16, x_ticks.labels[i]);
+  for (size_t i = 0; i < y_ticks.at.size(); ++i) {
+    const double ypix = top + (1 - (y_ticks.at[i] - y0) / (y1 - y0)) * (H - top - bottom);
+    o << fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 6, ypix + 4,
+                     y_ticks.labels[i]);
     o << fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n", left, W - right, ypix,
                      ypix);
   }
@@ -286,11 +347,10 @@ void histogram(const std::string& path, const std::string& title, const std::vec
         px(edges[i]), H - bottom - h, std::max(0.5, px(edges[i + 1]) - px(edges[i]) - 0.5), h, tick(edges[i]),
         tick(edges[i + 1]), counts[i]);
   }
-  for (int i = 0; i <= 5; ++i) {
-    const double xv = x0 + (x1 - x0) * i / 5;
-    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(xv), H - bottom + 16,
-                     tick(xv));
-  }
+  const AxisTicks x_ticks = axis_ticks(x0, x1);
+  for (size_t i = 0; i < x_ticks.at.size(); ++i)
+    o << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(x_ticks.at[i]),
+                     H - bottom + 16, x_ticks.labels[i]);
   o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", (left + W - right) / 2, H - 12,
                    escape(x_label + (log_y ? "   (bar height: log count)" : "")));
   o << "</svg>\n";

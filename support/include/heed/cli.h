@@ -3,7 +3,8 @@
 // Invariants: parse() never throws and never crashes on any argv; every flag value is
 // validated (integers and doubles are parsed completely and range-checked, choices are
 // checked); an error yields Outcome::Error with a one-line message naming the flag, and the
-// programs exit with status 2 (usage) after printing it with the usage text.
+// programs exit with status 2 (usage) after printing "<program>: <message> (see --help)"
+// (never the whole usage text, which would bury the one line that matters).
 #pragma once
 
 #include <cstdint>

@@ -62,6 +62,19 @@ struct Series {
   std::vector<double> x, y;
 };
 
+// Axis ticks a reader can take in at a glance: positions at multiples of 1, 2 or 5 x 10^k
+// inside [lo, hi] (about `target` of them), labelled with as few digits as the step needs and
+// k / M for thousands and millions ("1.2k", "250", "0.05"); on a log axis, the powers of ten
+// in range when there are at least two ("0.01", "1", "100", "10k").
+struct AxisTicks {
+  std::vector<double> at;  // positions (log10 of the value on a log axis)
+  std::vector<std::string> labels;
+};
+AxisTicks axis_ticks(double lo, double hi, int target = 5);
+AxisTicks log_axis_ticks(double log10_lo, double log10_hi, int target = 5);
+// One value with 3 significant digits and the same k / M suffixes ("1.22k", "0.0123").
+std::string format_value(double v);
+
 // A line chart of one or more series (non-finite points are skipped).
 void line_chart(const std::string& path, const std::string& title, const std::vector<Series>& series,
                 const std::string& x_label, const std::string& y_label, bool log_y = false);
