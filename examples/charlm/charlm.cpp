@@ -59,10 +59,11 @@ Device device_of(const nn::TransformerLM& model) { return model.parameters().fro
 double estimate_loss(const nn::TransformerLM& model, const std::vector<int64_t>& data, int64_t batches, int64_t batch,
                      int64_t block) {
   NoGradGuard no_grad;
+  const Device device = device_of(model);
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = get_batch(data, batch, block);
-    total += F::cross_entropy(model.forward(x.to(device_of(model))), y.to(device_of(model))).item<double>();
+    total += F::cross_entropy(model.forward(x.to(device)), y.to(device)).item<double>();
   }
   return total / static_cast<double>(batches);
 }

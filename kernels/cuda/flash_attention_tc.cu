@@ -300,6 +300,36 @@ TcBackwardLayout tc_backward_layout(int64_t D) {
   return f;
 }
 
+// The backward kernels' view of shared memory (TcBackwardLayout): the block's tiles and this
+// warp's strips (rows [16 warp, 16 warp + 16) of S or S^T, dP or dP^T, P^T and dS or dS^T), and
+// its gradient staging rows, which alias the strips of every warp.
+template <typename T16>
+struct BackwardShared {
+  __device__ BackwardShared(unsigned char* smem, const TcBackwardLayout& L, int warp)
+      : Q(reinterpret_cast<const T16*>(smem + L.q)),
+        K(reinterpret_cast<T16*>(smem + L.k)),
+        V(reinterpret_cast<T16*>(smem + L.v)),
+        dO(reinterpret_cast<const T16*>(smem + L.go)),
+        lse(reinterpret_cast<const float*>(smem + L.lse)),
+        delta(reinterpret_cast<const float*>(smem + L.delta)),
+        S(reinterpret_cast<float*>(smem + L.s) + 16 * warp * L.ld_s),
+        dP(reinterpret_cast<float*>(smem + L.dp) + 16 * warp * L.ld_s),
+        P16(reinterpret_cast<T16*>(smem + L.p16) + 16 * warp * L.ld_p),
+        dS16(reinterpret_cast<T16*>(smem + L.ds16) + 16 * warp * L.ld_p),
+        staging(reinterpret_cast<float*>(smem + L.s) + 16 * warp * L.ld_out) {}
+  const T16* Q;
+  T16* K;
+  T16* V;
+  const T16* dO;
+  const float* lse;    // (64) of the query tile
+  const float* delta;  // (64) of the query tile
+  float* S;
+  float* dP;
+  T16* P16;
+  T16* dS16;
+  float* staging;
+};
+
 // delta[b,h,i] = sum_c out[b,h,i,c] * grad_out[b,h,i,c] in float32 (the 16-bit values widened).
 template <typename T16>
 __global__ void flash_delta_16bit_kernel(FlashParams<float> p, Operands16<T16> io, float* delta) {
@@ -367,19 +397,9 @@ __global__ void __launch_bounds__(kTcThreads)
     flash_backward_kv_tc_kernel(FlashParams<float> p, Operands16<T16> io, TcBackwardLayout L, int64_t q_tiles,
                                 int64_t k_tiles) {
   unsigned char* smem = dynamic_shared<unsigned char>();
-  const T16* Qs = reinterpret_cast<const T16*>(smem + L.q);
-  T16* Ks = reinterpret_cast<T16*>(smem + L.k);
-  T16* Vs = reinterpret_cast<T16*>(smem + L.v);
-  const T16* dOs = reinterpret_cast<const T16*>(smem + L.go);
-  const float* lse_s = reinterpret_cast<const float*>(smem + L.lse);
-  const float* delta_s = reinterpret_cast<const float*>(smem + L.delta);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  // This warp's strips: S^T and dP^T (16 keys x 64 queries), P^T and dS^T in 16 bits.
-  float* St = reinterpret_cast<float*>(smem + L.s) + 16 * warp * L.ld_s;
-  float* dPt = reinterpret_cast<float*>(smem + L.dp) + 16 * warp * L.ld_s;
-  T16* Pt16 = reinterpret_cast<T16*>(smem + L.p16) + 16 * warp * L.ld_p;
-  T16* dSt16 = reinterpret_cast<T16*>(smem + L.ds16) + 16 * warp * L.ld_p;
-  float* staging = reinterpret_cast<float*>(smem + L.s) + 16 * warp * L.ld_out;
+  // This warp's strips hold S^T and dP^T (16 keys x 64 queries), P^T and dS^T in 16 bits.
+  const BackwardShared<T16> sh(smem, L, warp);
 
   for (int64_t task = blockIdx.x; task < p.B * p.H * k_tiles; task += gridDim.x) {
     const int64_t bh = task / k_tiles, kt = task % k_tiles, b = bh / p.H, h = bh % p.H;
@@ -387,8 +407,8 @@ __global__ void __launch_bounds__(kTcThreads)
     const int64_t cols = p.S - j0 < kKeyTile ? p.S - j0 : kKeyTile;
     const int64_t key_end = j0 + cols < key_limit(p, b) ? j0 + cols : key_limit(p, b);
     __syncthreads();  // the previous task is done with shared memory (the staging area too)
-    load_rows16(Ks, L.ld_x, io.k + row_offset(p.lk, b, h, j0), p.lk.seq, cols, kKeyTile, D);
-    load_rows16(Vs, L.ld_x, io.v + row_offset(p.lv, b, h, j0), p.lv.seq, cols, kKeyTile, D);
+    load_rows16(sh.K, L.ld_x, io.k + row_offset(p.lk, b, h, j0), p.lk.seq, cols, kKeyTile, D);
+    load_rows16(sh.V, L.ld_x, io.v + row_offset(p.lv, b, h, j0), p.lv.seq, cols, kKeyTile, D);
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[D / 16], dv[D / 16];
     for (int n = 0; n < D / 16; ++n) {
       wmma::fill_fragment(dk[n], 0.0f);
@@ -403,26 +423,26 @@ __global__ void __launch_bounds__(kTcThreads)
       __syncthreads();                             // the previous query tile is no longer read
       load_query_side16<T16, D>(p, io, L, smem, b, h, i0, rows);
       __syncthreads();
-      strip_times_transpose<T16, D>(Ks + 16 * warp * L.ld_x, L.ld_x, Qs, L.ld_x, St, L.ld_s);
-      strip_times_transpose<T16, D>(Vs + 16 * warp * L.ld_x, L.ld_x, dOs, L.ld_x, dPt, L.ld_s);
+      strip_times_transpose<T16, D>(sh.K + 16 * warp * L.ld_x, L.ld_x, sh.Q, L.ld_x, sh.S, L.ld_s);
+      strip_times_transpose<T16, D>(sh.V + 16 * warp * L.ld_x, L.ld_x, sh.dO, L.ld_x, sh.dP, L.ld_s);
       __syncwarp();
       for (int e = lane; e < 16 * kQueryTile; e += 32) {
         const int r = e / kQueryTile, c = e % kQueryTile;  // key row of the warp, query column
         const ProbabilityAndGrad g =
-            probability_and_grad(p, b, h, i0 + c, j0 + 16 * warp + r, key_end, St[r * L.ld_s + c], dPt[r * L.ld_s + c],
-                                 lse_s[c], delta_s[c]);
-        Pt16[r * L.ld_p + c] = narrow<T16>(g.p_dropped);
-        dSt16[r * L.ld_p + c] = narrow<T16>(g.ds);
+            probability_and_grad(p, b, h, i0 + c, j0 + 16 * warp + r, key_end, sh.S[r * L.ld_s + c],
+                                 sh.dP[r * L.ld_s + c], sh.lse[c], sh.delta[c]);
+        sh.P16[r * L.ld_p + c] = narrow<T16>(g.p_dropped);
+        sh.dS16[r * L.ld_p + c] = narrow<T16>(g.ds);
       }
       __syncwarp();
-      strip_accumulate<T16, D>(dv, Pt16, L.ld_p, dOs, L.ld_x);  // dV += P^T dO
-      strip_accumulate<T16, D>(dk, dSt16, L.ld_p, Qs, L.ld_x);  // dK += dS^T Q (scaled below)
+      strip_accumulate<T16, D>(dv, sh.P16, L.ld_p, sh.dO, L.ld_x);  // dV += P^T dO
+      strip_accumulate<T16, D>(dk, sh.dS16, L.ld_p, sh.Q, L.ld_x);  // dK += dS^T Q (scaled below)
     }
     __syncthreads();  // every warp is done with its strips: the staging area aliases them
-    write_gradient_strip<T16, D>(dv, staging, L.ld_out, io.grad_v + row_offset(p.lgv, b, h, j0), p.lgv.seq, 16 * warp,
-                                 cols, 1.0f);
-    write_gradient_strip<T16, D>(dk, staging, L.ld_out, io.grad_k + row_offset(p.lgk, b, h, j0), p.lgk.seq, 16 * warp,
-                                 cols, p.scale);
+    write_gradient_strip<T16, D>(dv, sh.staging, L.ld_out, io.grad_v + row_offset(p.lgv, b, h, j0), p.lgv.seq,
+                                 16 * warp, cols, 1.0f);
+    write_gradient_strip<T16, D>(dk, sh.staging, L.ld_out, io.grad_k + row_offset(p.lgk, b, h, j0), p.lgk.seq,
+                                 16 * warp, cols, p.scale);
   }
 }
 
@@ -430,18 +450,11 @@ template <typename T16, int D>
 __global__ void __launch_bounds__(kTcThreads)
     flash_backward_q_tc_kernel(FlashParams<float> p, Operands16<T16> io, TcBackwardLayout L, int64_t q_tiles) {
   unsigned char* smem = dynamic_shared<unsigned char>();
-  const T16* Qs = reinterpret_cast<const T16*>(smem + L.q);
-  T16* Ks = reinterpret_cast<T16*>(smem + L.k);
-  T16* Vs = reinterpret_cast<T16*>(smem + L.v);
-  const T16* dOs = reinterpret_cast<const T16*>(smem + L.go);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const float* lse_s = reinterpret_cast<const float*>(smem + L.lse) + 16 * warp;
-  const float* delta_s = reinterpret_cast<const float*>(smem + L.delta) + 16 * warp;
-  // This warp's strips: S and dP (16 queries x 64 keys), dS in 16 bits.
-  float* Sw = reinterpret_cast<float*>(smem + L.s) + 16 * warp * L.ld_s;
-  float* dPw = reinterpret_cast<float*>(smem + L.dp) + 16 * warp * L.ld_s;
-  T16* dS16 = reinterpret_cast<T16*>(smem + L.ds16) + 16 * warp * L.ld_p;
-  float* staging = reinterpret_cast<float*>(smem + L.s) + 16 * warp * L.ld_out;
+  // This warp's strips hold S and dP (16 queries x 64 keys) and dS in 16 bits.
+  const BackwardShared<T16> sh(smem, L, warp);
+  const float* lse_s = sh.lse + 16 * warp;  // this warp's queries
+  const float* delta_s = sh.delta + 16 * warp;
 
   for (int64_t task = blockIdx.x; task < p.B * p.H * q_tiles; task += gridDim.x) {
     const int64_t bh = task / q_tiles, qt = task % q_tiles, b = bh / p.H, h = bh % p.H;
@@ -458,37 +471,40 @@ __global__ void __launch_bounds__(kTcThreads)
       const int64_t cols = p.S - j0 < kKeyTile ? p.S - j0 : kKeyTile;
       const int64_t key_end = j0 + cols < limit ? j0 + cols : limit;
       __syncthreads();  // K and V of the previous key tile are no longer read
-      load_rows16(Ks, L.ld_x, io.k + row_offset(p.lk, b, h, j0), p.lk.seq, cols, kKeyTile, D);
-      load_rows16(Vs, L.ld_x, io.v + row_offset(p.lv, b, h, j0), p.lv.seq, cols, kKeyTile, D);
+      load_rows16(sh.K, L.ld_x, io.k + row_offset(p.lk, b, h, j0), p.lk.seq, cols, kKeyTile, D);
+      load_rows16(sh.V, L.ld_x, io.v + row_offset(p.lv, b, h, j0), p.lv.seq, cols, kKeyTile, D);
       __syncthreads();
-      strip_times_transpose<T16, D>(Qs + 16 * warp * L.ld_x, L.ld_x, Ks, L.ld_x, Sw, L.ld_s);
-      strip_times_transpose<T16, D>(dOs + 16 * warp * L.ld_x, L.ld_x, Vs, L.ld_x, dPw, L.ld_s);
+      strip_times_transpose<T16, D>(sh.Q + 16 * warp * L.ld_x, L.ld_x, sh.K, L.ld_x, sh.S, L.ld_s);
+      strip_times_transpose<T16, D>(sh.dO + 16 * warp * L.ld_x, L.ld_x, sh.V, L.ld_x, sh.dP, L.ld_s);
       __syncwarp();
       for (int e = lane; e < 16 * kKeyTile; e += 32) {
         const int r = e / kKeyTile, c = e % kKeyTile;  // query row of the warp, key column
         const ProbabilityAndGrad g =
-            probability_and_grad(p, b, h, i0 + 16 * warp + r, j0 + c, key_end, Sw[r * L.ld_s + c], dPw[r * L.ld_s + c],
-                                 lse_s[r], delta_s[r]);
-        dS16[r * L.ld_p + c] = narrow<T16>(g.ds);
+            probability_and_grad(p, b, h, i0 + 16 * warp + r, j0 + c, key_end, sh.S[r * L.ld_s + c],
+                                 sh.dP[r * L.ld_s + c], lse_s[r], delta_s[r]);
+        sh.dS16[r * L.ld_p + c] = narrow<T16>(g.ds);
       }
       __syncwarp();
-      strip_accumulate<T16, D>(dq, dS16, L.ld_p, Ks, L.ld_x);  // dQ += dS K (scaled below)
+      strip_accumulate<T16, D>(dq, sh.dS16, L.ld_p, sh.K, L.ld_x);  // dQ += dS K (scaled below)
     }
     __syncthreads();  // the staging area aliases every warp's strips
-    write_gradient_strip<T16, D>(dq, staging, L.ld_out, io.grad_q + row_offset(p.lgq, b, h, i0), p.lgq.seq, 16 * warp,
-                                 rows, p.scale);
+    write_gradient_strip<T16, D>(dq, sh.staging, L.ld_out, io.grad_q + row_offset(p.lgq, b, h, i0), p.lgq.seq,
+                                 16 * warp, rows, p.scale);
   }
+}
+
+// heed::Error naming `op` when the tensor-core kernels' shared memory exceeds the device's.
+void check_shared_fits(size_t bytes, const char* op) {
+  if (bytes <= max_shared_bytes()) return;
+  const std::string message = "the tensor-core kernels need " + std::to_string(bytes) +
+                              " bytes of shared memory per block, the device has " + std::to_string(max_shared_bytes());
+  throw_error(op, message.c_str());
 }
 
 template <typename T16, int D>
 void launch_backward(FlashParams<float> p, const Operands16<T16>& io) {
   const TcBackwardLayout L = tc_backward_layout(D);
-  if (L.total > max_shared_bytes()) {
-    const std::string message = "the tensor-core backward needs " + std::to_string(L.total) +
-                                " bytes of shared memory per block, the device has " +
-                                std::to_string(max_shared_bytes());
-    throw_error("flash_attention_backward", message.c_str());
-  }
+  check_shared_fits(L.total, "flash_attention_backward");
   const int64_t rows = p.B * p.H * p.T_;
   DeviceBuffer delta(static_cast<size_t>(std::max<int64_t>(rows, 1)) * sizeof(float));
   p.delta = delta.as<const float>();
@@ -512,12 +528,7 @@ void launch_backward(FlashParams<float> p, const Operands16<T16>& io) {
 template <typename T16, int D>
 void launch_forward(const FlashParams<float>& p, const Operands16<T16>& io) {
   const TcForwardLayout L = tc_forward_layout(D);
-  if (L.total > max_shared_bytes()) {
-    const std::string message = "the tensor-core kernel needs " + std::to_string(L.total) +
-                                " bytes of shared memory per block, the device has " +
-                                std::to_string(max_shared_bytes());
-    throw_error("flash_attention_forward", message.c_str());
-  }
+  check_shared_fits(L.total, "flash_attention_forward");
   const int64_t q_tiles = (p.T_ + kQueryTile - 1) / kQueryTile;
   const int64_t tasks = p.B * p.H * q_tiles;
   if (tasks == 0) return;

@@ -484,9 +484,8 @@ bool scalar_update_in_storage(Tensor& target, kernels::UnaryOp op, double value,
   if (!target.defined() || !is_floating(target.dtype()) || !target.is_contiguous()) return false;
   HEED_PROFILE_OP(name, &target);
   detail::prepare_inplace(target, name);
-  if (target.numel() > 0)
-    HEED_KERNEL(target.device(), unary)
-    (op, target.dtype(), target.raw_data(), target.raw_data(), target.numel(), value);
+  if (target.numel() > 0) HEED_KERNEL(target.device(), unary)
+  (op, target.dtype(), target.raw_data(), target.raw_data(), target.numel(), value);
   return true;
 }
 }  // namespace
