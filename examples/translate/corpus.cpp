@@ -327,7 +327,7 @@ Corpus generate_corpus(const CorpusOptions& options) {
   size_t attempts = 0;
   while (pool.size() < wanted && attempts < wanted * 50) {
     ++attempts;
-    Pair p = random_pair(rng, options.number_fraction);
+    Pair p = options.level == TaskLevel::Hard ? random_hard_pair(rng) : random_pair(rng, options.number_fraction);
     if (seen.insert(p.source).second) pool.push_back(std::move(p));
   }
   Corpus corpus;

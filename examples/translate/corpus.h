@@ -29,7 +29,13 @@ struct Corpus {
   std::vector<Pair> train, validation, test;
 };
 
+// The corpus level: `quick` (the demo: short clauses, a small lexicon) or `hard` (long sentences
+// of several clauses with relative and subordinate clauses and a lexicon of about 2,000 German
+// surface forms; corpus_hard.cpp).
+enum class TaskLevel { Quick, Hard };
+
 struct CorpusOptions {
+  TaskLevel level = TaskLevel::Quick;
   uint64_t seed = 1;
   int train_size = 40000;
   int validation_size = 500;
@@ -41,6 +47,8 @@ Corpus generate_corpus(const CorpusOptions& options);
 
 // One random pair (exposed for tests).
 Pair random_pair(std::mt19937_64& rng, double number_fraction);
+// One random pair of the hard level.
+Pair random_hard_pair(std::mt19937_64& rng);
 
 // German and English words of a number 1..9999.
 std::string german_number(int n);
