@@ -321,8 +321,9 @@ const char* const kFrontAdverbs[][2] = {
     {"dann", "then"},    {"leider", "unfortunately"}};
 const char* const kMidAdverbs[][2] = {{"oft", "often"}, {"immer", "always"}, {"selten", "rarely"},
                                       {"nie", "never"}, {"gern", "gladly"},  {"schnell", "quickly"}};
+// ("dass" only follows verbs of saying and knowing: random_hard_pair's intro form.)
 const char* const kSubordinators[][2] = {
-    {"dass", "that"}, {"weil", "because"}, {"wenn", "when"}, {"obwohl", "although"}, {"bevor", "before"}};
+    {"weil", "because"}, {"wenn", "when"}, {"obwohl", "although"}, {"bevor", "before"}, {"nachdem", "after"}};
 const char* const kIntroVerbs[][2] = {{"weiß", "knows"},  {"sagt", "says"},  {"glaubt", "thinks"},
                                       {"hofft", "hopes"}, {"hört", "hears"}, {"merkt", "notices"}};
 const char* const kCoordinators[][2] = {{"und", "and"}, {"aber", "but"}, {"oder", "or"}};
@@ -371,6 +372,17 @@ struct Phrase {
   const Noun* noun = nullptr;
 };
 
+// Weak masculine nouns take -n / -en in the accusative singular (den studenten, einen bären).
+std::string singular_form(const Noun& n, Case c) {
+  static const char* const weak[][2] = {{"junge", "jungen"},        {"student", "studenten"}, {"soldat", "soldaten"},
+                                        {"polizist", "polizisten"}, {"kunde", "kunden"},      {"bär", "bären"},
+                                        {"hase", "hasen"},          {"nachbar", "nachbarn"},  {"bauer", "bauern"}};
+  if (c == Case::Accusative)
+    for (const auto& w : weak)
+      if (std::string(n.de) == w[0]) return w[1];
+  return n.de;
+}
+
 // A noun phrase of `kinds` in case `c`. `negative`: with kein / "no" (objects of a negated clause).
 Phrase noun_phrase(std::mt19937_64& rng, unsigned kinds, Case c, bool allow_counted, bool negative = false) {
   size_t i;
@@ -399,13 +411,14 @@ Phrase noun_phrase(std::mt19937_64& rng, unsigned kinds, Case c, bool allow_coun
     return p;
   }
   if (form == 1) {  // indefinite singular (ein / kein)
-    p.de =
-        join({indefinite(n.gender, c, negative), adjective ? adjective_form(a.de, n.gender, c, false, 'e') : "", n.de});
+    p.de = join({indefinite(n.gender, c, negative), adjective ? adjective_form(a.de, n.gender, c, false, 'e') : "",
+                 singular_form(n, c)});
     const std::string head = adjective ? a.en : n.en;
     p.en = join({negative ? "no" : (starts_with_vowel_sound(head) ? "an" : "a"), adjective ? a.en : "", n.en});
     return p;
   }
-  p.de = join({definite(n.gender, c, false), adjective ? adjective_form(a.de, n.gender, c, false, 'd') : "", n.de});
+  p.de = join({definite(n.gender, c, false), adjective ? adjective_form(a.de, n.gender, c, false, 'd') : "",
+               singular_form(n, c)});
   p.en = join({"the", adjective ? a.en : "", n.en});
   return p;
 }
