@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <heed/report.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -84,4 +85,40 @@ TEST_CASE("line_chart: the axis labels of a written chart are readable") {
   CHECK(svg.find(">1.20k<") != std::string::npos);  // x: 1200 .. 1510 in steps of 50
   CHECK(svg.find(">1.25k<") != std::string::npos);
   CHECK(svg.find(">2.0<") != std::string::npos);  // y: 1.9 .. 2.5 in steps of 0.1
+}
+
+TEST_CASE("line_chart: a series' band is shaded and widens the y axis") {
+  const std::string path = (std::filesystem::temp_directory_path() / "heed_test_report_band.svg").string();
+  heed::report::svg::Series s{"val loss", {}, {}};
+  for (int i = 0; i < 10; ++i) {
+    s.x.push_back(100.0 * i);
+    s.y.push_back(2.0 + 0.1 * i);  // the line spans 2.0 .. 2.9
+    s.band_lo.push_back(1.0);      // the band spans 1 .. 5
+    s.band_hi.push_back(i == 4 ? 5.0 : 3.0);
+  }
+  heed::report::svg::Series plain{"no band", {0, 900}, {2.5, 2.5}};
+  heed::report::svg::line_chart(path, "bands", {s, plain}, "step", "loss");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string svg = text.str();
+  std::filesystem::remove(path);
+  // One polygon (only the first series has a band) with 2 x 10 points.
+  const size_t polygon = svg.find("<polygon ");
+  REQUIRE(polygon != std::string::npos);
+  CHECK(svg.find("<polygon ", polygon + 1) == std::string::npos);
+  const size_t points = svg.find("points=\"", polygon) + 8;
+  const std::string outline = svg.substr(points, svg.find('"', points) - points);
+  CHECK(std::count(outline.begin(), outline.end(), ',') == 20);
+  // The y axis reaches the band's extremes, not only the line's.
+  CHECK(svg.find(">1<") != std::string::npos);
+  CHECK(svg.find(">5<") != std::string::npos);
+  // A band of the wrong length is ignored, not drawn out of bounds.
+  s.band_hi.pop_back();
+  heed::report::svg::line_chart(path, "bands", {s}, "step", "loss");
+  std::ifstream again(path);
+  std::stringstream text2;
+  text2 << again.rdbuf();
+  CHECK(text2.str().find("<polygon ") == std::string::npos);
+  std::filesystem::remove(path);
 }

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <heed/error.h>
+
 namespace translate {
 
 namespace {
@@ -317,6 +319,14 @@ Pair random_pair(std::mt19937_64& rng, double number_fraction) {
   }
   const Clause c = random_clause(rng);
   return {c.de_main, c.en};
+}
+
+const char* task_level_name(TaskLevel level) { return level == TaskLevel::Hard ? "hard" : "quick"; }
+
+TaskLevel parse_task_level(const std::string& name) {
+  if (name == "quick") return TaskLevel::Quick;
+  if (name == "hard") return TaskLevel::Hard;
+  heed::fail("translate", "unknown task level '{}' (expected quick or hard)", name);
 }
 
 Corpus generate_corpus(const CorpusOptions& options) {

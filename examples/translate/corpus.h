@@ -33,6 +33,9 @@ struct Corpus {
 // of several clauses with relative and subordinate clauses and a lexicon of about 2,000 German
 // surface forms; corpus_hard.cpp).
 enum class TaskLevel { Quick, Hard };
+// "quick" / "hard" (the --task flag and the checkpoint's "task" key); parse throws heed::Error.
+const char* task_level_name(TaskLevel level);
+TaskLevel parse_task_level(const std::string& name);
 
 struct CorpusOptions {
   TaskLevel level = TaskLevel::Quick;

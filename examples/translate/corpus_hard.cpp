@@ -13,6 +13,9 @@
 //  * relative clauses on a subject or object noun (der mann , der den hund sieht , -> the man who
 //    sees the dog; der hund , den der mann sieht , -> the dog that the man sees), verb-final;
 //  * subordinate clauses with dass / weil / wenn / obwohl / bevor, verb-final;
+//  * prepositional phrases with the dative (mit dem hund, im garten, an der brücke, neben den
+//    häusern: dative plurals in -n) or the accusative (für den mann), at the end of the middle
+//    field in German and at the end of the clause in English;
 //  * coordination of main clauses with und / aber / oder.
 // Invariants: deterministic from the generator's state (portable integer draws only); every
 // token lower-case, separated by single spaces, commas as tokens; sentences up to about 40
@@ -291,6 +294,84 @@ const Noun kHardNouns[] = {
     {'f', "hexe", "hexen", "witch", "witches", kPerson},
     {'m', "riese", "riesen", "giant", "giants", kPerson},
     {'m', "zwerg", "zwerge", "dwarf", "dwarfs", kPerson},
+    {'m', "schüler", "schüler", "pupil", "pupils", kPerson},
+    {'f', "schülerin", "schülerinnen", "pupil", "pupils", kPerson},
+    {'m', "tänzer", "tänzer", "dancer", "dancers", kPerson},
+    {'f', "tänzerin", "tänzerinnen", "dancer", "dancers", kPerson},
+    {'m', "kellner", "kellner", "waiter", "waiters", kPerson},
+    {'f', "kellnerin", "kellnerinnen", "waitress", "waitresses", kPerson},
+    {'m', "ritter", "ritter", "knight", "knights", kPerson},
+    {'m', "hirte", "hirten", "shepherd", "shepherds", kPerson},
+    {'m', "matrose", "matrosen", "sailor", "sailors", kPerson},
+    {'m', "künstler", "künstler", "artist", "artists", kPerson},
+    {'f', "künstlerin", "künstlerinnen", "artist", "artists", kPerson},
+    {'m', "besucher", "besucher", "visitor", "visitors", kPerson},
+    {'f', "oma", "omas", "grandma", "grandmas", kPerson},
+    {'m', "opa", "opas", "grandpa", "grandpas", kPerson},
+    {'n', "baby", "babys", "baby", "babies", kPerson},
+    {'m', "cousin", "cousins", "cousin", "cousins", kPerson},
+    {'f', "biene", "bienen", "bee", "bees", kAnimal},
+    {'m', "hirsch", "hirsche", "deer", "deer", kAnimal},
+    {'n', "kaninchen", "kaninchen", "rabbit", "rabbits", kAnimal},
+    {'f', "taube", "tauben", "pigeon", "pigeons", kAnimal},
+    {'m', "papagei", "papageien", "parrot", "parrots", kAnimal},
+    {'n', "kamel", "kamele", "camel", "camels", kAnimal},
+    {'m', "elefant", "elefanten", "elephant", "elephants", kAnimal},
+    {'f', "spinne", "spinnen", "spider", "spiders", kAnimal},
+    {'m', "hahn", "hähne", "rooster", "roosters", kAnimal},
+    {'n', "lamm", "lämmer", "lamb", "lambs", kAnimal},
+    {'f', "zitrone", "zitronen", "lemon", "lemons", kFood},
+    {'f', "karotte", "karotten", "carrot", "carrots", kFood},
+    {'m', "pfirsich", "pfirsiche", "peach", "peaches", kFood},
+    {'f', "pizza", "pizzas", "pizza", "pizzas", kFood},
+    {'f', "melone", "melonen", "melon", "melons", kFood},
+    {'f', "traube", "trauben", "grape", "grapes", kFood},
+    {'m', "pilz", "pilze", "mushroom", "mushrooms", kFood | kPlant},
+    {'f', "zeitschrift", "zeitschriften", "magazine", "magazines", kReadable},
+    {'f', "rechnung", "rechnungen", "bill", "bills", kReadable},
+    {'n', "märchen", "märchen", "fairy tale", "fairy tales", kReadable},
+    {'m', "roman", "romane", "novel", "novels", kReadable},
+    {'f', "liste", "listen", "list", "lists", kReadable},
+    {'n', "rezept", "rezepte", "recipe", "recipes", kReadable},
+    {'n', "sofa", "sofas", "sofa", "sofas", kObject},
+    {'n', "bett", "betten", "bed", "beds", kObject},
+    {'m', "kühlschrank", "kühlschränke", "fridge", "fridges", kOpenable | kObject},
+    {'m', "regenschirm", "regenschirme", "umbrella", "umbrellas", kOpenable | kObject},
+    {'f', "vase", "vasen", "vase", "vases", kObject},
+    {'f', "puppe", "puppen", "doll", "dolls", kObject},
+    {'m', "kamm", "kämme", "comb", "combs", kObject},
+    {'n', "radio", "radios", "radio", "radios", kObject},
+    {'m', "fernseher", "fernseher", "television", "televisions", kObject},
+    {'f', "axt", "äxte", "axe", "axes", kTool},
+    {'f', "schaufel", "schaufeln", "shovel", "shovels", kTool},
+    {'m', "schraubenzieher", "schraubenzieher", "screwdriver", "screwdrivers", kTool},
+    {'m', "rechen", "rechen", "rake", "rakes", kTool},
+    {'m', "pullover", "pullover", "jumper", "jumpers", kClothing},
+    {'f', "krawatte", "krawatten", "tie", "ties", kClothing},
+    {'m', "gürtel", "gürtel", "belt", "belts", kClothing},
+    {'m', "anzug", "anzüge", "suit", "suits", kClothing},
+    {'f', "bluse", "blusen", "blouse", "blouses", kClothing},
+    {'f', "orgel", "orgeln", "organ", "organs", kInstrument},
+    {'n', "cello", "cellos", "cello", "cellos", kInstrument},
+    {'n', "horn", "hörner", "horn", "horns", kInstrument},
+    {'m', "park", "parks", "park", "parks", kBuilding},
+    {'m', "wald", "wälder", "forest", "forests", kBuilding},
+    {'f', "straße", "straßen", "street", "streets", kBuilding},
+    {'m', "markt", "märkte", "market", "markets", kBuilding},
+    {'n', "museum", "museen", "museum", "museums", kBuilding},
+    {'f', "bibliothek", "bibliotheken", "library", "libraries", kBuilding},
+    {'m', "hafen", "häfen", "harbour", "harbours", kBuilding},
+    {'n', "theater", "theater", "theatre", "theatres", kBuilding},
+    {'m', "palast", "paläste", "palace", "palaces", kBuilding},
+    {'f', "scheune", "scheunen", "barn", "barns", kBuilding},
+    {'n', "motorrad", "motorräder", "motorbike", "motorbikes", kVehicle},
+    {'m', "lastwagen", "lastwagen", "lorry", "lorries", kVehicle},
+    {'f', "kutsche", "kutschen", "coach", "coaches", kVehicle},
+    {'m', "roller", "roller", "scooter", "scooters", kVehicle},
+    {'f', "palme", "palmen", "palm", "palms", kPlant},
+    {'f', "birke", "birken", "birch", "birches", kPlant},
+    {'m', "kaktus", "kakteen", "cactus", "cacti", kPlant},
+    {'f', "lilie", "lilien", "lily", "lilies", kPlant},
 };
 
 const char* const kNames[] = {
@@ -393,6 +474,64 @@ const Verb kHardVerbs[] = {
     {{"weine", "weinst", "weint", "weinen", "weint", "weinen"}, "weinen", "geweint", "", "cry", "cries", "cried", "", 0},
     {{"stehe", "stehst", "steht", "stehen", "steht", "stehen"}, "aufstehen", "aufgestanden", "auf", "get up", "gets up", "got up", "", 0},
     {{"kaufe", "kaufst", "kauft", "kaufen", "kauft", "kaufen"}, "einkaufen", "eingekauft", "ein", "go shopping", "goes shopping", "went shopping", "", 0},
+    {{"putze", "putzt", "putzt", "putzen", "putzt", "putzen"}, "putzen", "geputzt", "", "clean", "cleans", "cleaned", "", kObject | kVehicle | kBuilding | kClothing},
+    {{"repariere", "reparierst", "repariert", "reparieren", "repariert", "reparieren"}, "reparieren", "repariert", "", "repair", "repairs", "repaired", "", kObject | kVehicle | kTool | kInstrument},
+    {{"bezahle", "bezahlst", "bezahlt", "bezahlen", "bezahlt", "bezahlen"}, "bezahlen", "bezahlt", "", "pay for", "pays for", "paid for", "", kThing & ~kBuilding},
+    {{"bestelle", "bestellst", "bestellt", "bestellen", "bestellt", "bestellen"}, "bestellen", "bestellt", "", "order", "orders", "ordered", "", kFood | kReadable},
+    {{"packe", "packst", "packt", "packen", "packt", "packen"}, "packen", "gepackt", "", "pack", "packs", "packed", "", kOpenable},
+    {{"fülle", "füllst", "füllt", "füllen", "füllt", "füllen"}, "füllen", "gefüllt", "", "fill", "fills", "filled", "", kOpenable},
+    {{"leere", "leerst", "leert", "leeren", "leert", "leeren"}, "leeren", "geleert", "", "empty", "empties", "emptied", "", kOpenable},
+    {{"zähle", "zählst", "zählt", "zählen", "zählt", "zählen"}, "zählen", "gezählt", "", "count", "counts", "counted", "", kAnimate | kThing},
+    {{"teste", "testest", "testet", "testen", "testet", "testen"}, "testen", "getestet", "", "test", "tests", "tested", "", kObject | kTool | kVehicle | kInstrument},
+    {{"rette", "rettest", "rettet", "retten", "rettet", "retten"}, "retten", "gerettet", "", "rescue", "rescues", "rescued", "", kAnimate},
+    {{"begrüße", "begrüßt", "begrüßt", "begrüßen", "begrüßt", "begrüßen"}, "begrüßen", "begrüßt", "", "greet", "greets", "greeted", "", kPerson},
+    {{"besitze", "besitzt", "besitzt", "besitzen", "besitzt", "besitzen"}, "besitzen", "besessen", "", "own", "owns", "owned", "", kThing},
+    {{"erreiche", "erreichst", "erreicht", "erreichen", "erreicht", "erreichen"}, "erreichen", "erreicht", "", "reach", "reaches", "reached", "", kBuilding | kPerson},
+    {{"fotografiere", "fotografierst", "fotografiert", "fotografieren", "fotografiert", "fotografieren"}, "fotografieren", "fotografiert", "", "photograph", "photographs", "photographed", "", kAnimate | kThing},
+    {{"beobachte", "beobachtest", "beobachtet", "beobachten", "beobachtet", "beobachten"}, "beobachten", "beobachtet", "", "watch", "watches", "watched", "", kAnimate | kVehicle},
+    {{"streichle", "streichelst", "streichelt", "streicheln", "streichelt", "streicheln"}, "streicheln", "gestreichelt", "", "stroke", "strokes", "stroked", "", kAnimal},
+    {{"probiere", "probierst", "probiert", "probieren", "probiert", "probieren"}, "probieren", "probiert", "", "taste", "tastes", "tasted", "", kFood},
+    {{"teile", "teilst", "teilt", "teilen", "teilt", "teilen"}, "teilen", "geteilt", "", "share", "shares", "shared", "", kFood | kObject | kReadable},
+    {{"verstecke", "versteckst", "versteckt", "verstecken", "versteckt", "verstecken"}, "verstecken", "versteckt", "", "hide", "hides", "hid", "", kAnimate | kObject | kTool | kReadable | kClothing},
+    {{"schicke", "schickst", "schickt", "schicken", "schickt", "schicken"}, "schicken", "geschickt", "", "send", "sends", "sent", "", kReadable | kOpenable},
+    {{"wecke", "weckst", "weckt", "wecken", "weckt", "wecken"}, "wecken", "geweckt", "", "wake", "wakes", "woke", "", kAnimate},
+    {{"störe", "störst", "stört", "stören", "stört", "stören"}, "stören", "gestört", "", "disturb", "disturbs", "disturbed", "", kAnimate},
+    {{"umarme", "umarmst", "umarmt", "umarmen", "umarmt", "umarmen"}, "umarmen", "umarmt", "", "hug", "hugs", "hugged", "", kAnimate},
+    {{"heirate", "heiratest", "heiratet", "heiraten", "heiratet", "heiraten"}, "heiraten", "geheiratet", "", "marry", "marries", "married", "", kPerson},
+    {{"führe", "führst", "führt", "führen", "führt", "führen"}, "führen", "geführt", "", "lead", "leads", "led", "", kAnimate},
+    {{"wiege", "wiegst", "wiegt", "wiegen", "wiegt", "wiegen"}, "wiegen", "gewogen", "", "weigh", "weighs", "weighed", "", kAnimal | kFood | kObject},
+    {{"miete", "mietest", "mietet", "mieten", "mietet", "mieten"}, "mieten", "gemietet", "", "rent", "rents", "rented", "", kBuilding | kVehicle},
+    {{"schneide", "schneidest", "schneidet", "schneiden", "schneidet", "schneiden"}, "schneiden", "geschnitten", "", "cut", "cuts", "cut", "", kFood | kPlant | kClothing},
+    {{"backe", "backst", "backt", "backen", "backt", "backen"}, "backen", "gebacken", "", "bake", "bakes", "baked", "", kFood},
+    {{"werfe", "wirfst", "wirft", "werfen", "werft", "werfen"}, "werfen", "geworfen", "", "throw", "throws", "threw", "", kObject | kTool | kFood},
+    {{"halte", "hältst", "hält", "halten", "haltet", "halten"}, "halten", "gehalten", "", "hold", "holds", "held", "", kAnimate | (kThing & ~kBuilding)},
+    {{"treffe", "triffst", "trifft", "treffen", "trefft", "treffen"}, "treffen", "getroffen", "", "meet", "meets", "met", "", kPerson},
+    {{"verstehe", "verstehst", "versteht", "verstehen", "versteht", "verstehen"}, "verstehen", "verstanden", "", "understand", "understands", "understood", "", kPerson | kReadable},
+    {{"beschreibe", "beschreibst", "beschreibt", "beschreiben", "beschreibt", "beschreiben"}, "beschreiben", "beschrieben", "", "describe", "describes", "described", "", kAnimate | kThing},
+    {{"empfehle", "empfiehlst", "empfiehlt", "empfehlen", "empfehlt", "empfehlen"}, "empfehlen", "empfohlen", "", "recommend", "recommends", "recommended", "", kThing},
+    {{"stehle", "stiehlst", "stiehlt", "stehlen", "stehlt", "stehlen"}, "stehlen", "gestohlen", "", "steal", "steals", "stole", "", kThing & ~kBuilding},
+    {{"vermisse", "vermisst", "vermisst", "vermissen", "vermisst", "vermissen"}, "vermissen", "vermisst", "", "miss", "misses", "missed", "", kAnimate | kThing},
+    {{"nehme", "nimmst", "nimmt", "nehmen", "nehmt", "nehmen"}, "mitnehmen", "mitgenommen", "mit", "take along", "takes along", "took along", "", kAnimate | (kThing & ~kBuilding)},
+    {{"werfe", "wirfst", "wirft", "werfen", "werft", "werfen"}, "wegwerfen", "weggeworfen", "weg", "throw away", "throws away", "threw away", "", kObject | kFood | kReadable | kClothing},
+    {{"ziehe", "ziehst", "zieht", "ziehen", "zieht", "ziehen"}, "ausziehen", "ausgezogen", "aus", "take off", "takes off", "took off", "", kClothing},
+    {{"schalte", "schaltest", "schaltet", "schalten", "schaltet", "schalten"}, "ausschalten", "ausgeschaltet", "aus", "switch off", "switches off", "switched off", "", kObject},
+    {{"bringe", "bringst", "bringt", "bringen", "bringt", "bringen"}, "zurückbringen", "zurückgebracht", "zurück", "bring back", "brings back", "brought back", "", kThing & ~kBuilding},
+    {{"lese", "liest", "liest", "lesen", "lest", "lesen"}, "vorlesen", "vorgelesen", "vor", "read out", "reads out", "read out", "", kReadable},
+    {{"lerne", "lernst", "lernt", "lernen", "lernt", "lernen"}, "kennenlernen", "kennengelernt", "kennen", "get to know", "gets to know", "got to know", "", kPerson},
+    {{"esse", "isst", "isst", "essen", "esst", "essen"}, "aufessen", "aufgegessen", "auf", "eat up", "eats up", "ate up", "", kFood},
+    {{"schreie", "schreist", "schreit", "schreien", "schreit", "schreien"}, "schreien", "geschrien", "", "shout", "shouts", "shouted", "", 0},
+    {{"lächle", "lächelst", "lächelt", "lächeln", "lächelt", "lächeln"}, "lächeln", "gelächelt", "", "smile", "smiles", "smiled", "", 0},
+    {{"huste", "hustest", "hustet", "husten", "hustet", "husten"}, "husten", "gehustet", "", "cough", "coughs", "coughed", "", 0},
+    {{"träume", "träumst", "träumt", "träumen", "träumt", "träumen"}, "träumen", "geträumt", "", "dream", "dreams", "dreamt", "", 0},
+    {{"flüstere", "flüsterst", "flüstert", "flüstern", "flüstert", "flüstern"}, "flüstern", "geflüstert", "", "whisper", "whispers", "whispered", "", 0},
+    {{"pfeife", "pfeifst", "pfeift", "pfeifen", "pfeift", "pfeifen"}, "pfeifen", "gepfiffen", "", "whistle", "whistles", "whistled", "", 0},
+    {{"frühstücke", "frühstückst", "frühstückt", "frühstücken", "frühstückt", "frühstücken"}, "frühstücken", "gefrühstückt", "", "have breakfast", "has breakfast", "had breakfast", "", 0},
+    {{"höre", "hörst", "hört", "hören", "hört", "hören"}, "zuhören", "zugehört", "zu", "listen", "listens", "listened", "", 0},
+    {{"passe", "passt", "passt", "passen", "passt", "passen"}, "aufpassen", "aufgepasst", "auf", "pay attention", "pays attention", "paid attention", "", 0},
+    {{"spiele", "spielst", "spielt", "spielen", "spielt", "spielen"}, "mitspielen", "mitgespielt", "mit", "join in", "joins in", "joined in", "", 0},
+    {{"denke", "denkst", "denkt", "denken", "denkt", "denken"}, "nachdenken", "nachgedacht", "nach", "think", "thinks", "thought", "", 0},
+    {{"mache", "machst", "macht", "machen", "macht", "machen"}, "weitermachen", "weitergemacht", "weiter", "carry on", "carries on", "carried on", "", 0},
+    {{"rufe", "rufst", "ruft", "rufen", "ruft", "rufen"}, "zurückrufen", "zurückgerufen", "zurück", "call back", "calls back", "called back", "", 0},
 };
 // clang-format on
 
@@ -433,7 +572,7 @@ const char* const kCoordinators[][2] = {{"und", "and"}, {"aber", "but"}, {"oder"
 
 // ---- noun phrases -----------------------------------------------------------------------------
 
-enum class Case { Nominative, Accusative };
+enum class Case { Nominative, Accusative, Dative };
 
 // The declined adjective: weak after der/die/das, mixed after ein/kein, strong without an
 // article (plural only here).
@@ -443,7 +582,8 @@ std::string adjective_form(const char* stem, char gender, Case c, bool plural, c
   if (s.size() > 2 && s.compare(s.size() - 2, 2, "el") == 0 && s != "hell") s = s.substr(0, s.size() - 2) + "l";
   if (s.size() > 2 && s.compare(s.size() - 2, 2, "er") == 0 && (s == "teuer" || s == "sauber" || s == "bitter"))
     s = s.substr(0, s.size() - 2) + "r";
-  if (s.back() == 'e') s.pop_back();  // müde -> müd + e
+  if (s.back() == 'e') s.pop_back();       // müde -> müd + e
+  if (c == Case::Dative) return s + "en";  // dem großen, einer kleinen, mit roten (every dative here)
   if (plural) return s + (article == 'd' || article == 'k' ? "en" : "e");
   if (article == 'd') return s + ((gender == 'm' && c == Case::Accusative) ? "en" : "e");
   // ein / kein: the ending shows the gender where the article does not.
@@ -453,12 +593,14 @@ std::string adjective_form(const char* stem, char gender, Case c, bool plural, c
 }
 
 std::string definite(char gender, Case c, bool plural) {
+  if (c == Case::Dative) return plural ? "den" : gender == 'f' ? "der" : "dem";
   if (plural) return "die";
   if (gender == 'm') return c == Case::Accusative ? "den" : "der";
   return gender == 'f' ? "die" : "das";
 }
 std::string indefinite(char gender, Case c, bool negative) {
   const std::string stem = negative ? "kein" : "ein";
+  if (c == Case::Dative) return stem + (gender == 'f' ? "er" : "em");
   if (gender == 'm') return stem + (c == Case::Accusative ? "en" : "");
   return stem + (gender == 'f' ? "e" : "");
 }
@@ -481,11 +623,20 @@ std::string singular_form(const Noun& n, Case c) {
                                         {"polizist", "polizisten"}, {"kunde", "kunden"},      {"bär", "bären"},
                                         {"hase", "hasen"},          {"nachbar", "nachbarn"},  {"bauer", "bauern"},
                                         {"pilot", "piloten"},       {"prinz", "prinzen"},     {"affe", "affen"},
-                                        {"löwe", "löwen"},          {"riese", "riesen"}};
-  if (c == Case::Accusative)
+                                        {"löwe", "löwen"},          {"riese", "riesen"},      {"hirte", "hirten"},
+                                        {"matrose", "matrosen"},    {"elefant", "elefanten"}};
+  if (c != Case::Nominative)
     for (const auto& w : weak)
       if (std::string(n.de) == w[0]) return w[1];
   return n.de;
+}
+
+// The plural in case `c`: the dative plural adds -n unless the plural ends in -n or -s
+// (den kindern, mit zwei hunden; den frauen, den autos).
+std::string plural_form(const Noun& n, Case c) {
+  std::string p = n.de_plural;
+  if (c == Case::Dative && p.back() != 'n' && p.back() != 's') p += 'n';
+  return p;
 }
 
 // A noun phrase of `kinds` in case `c`. `negative`: with kein / "no" (objects of a negated clause).
@@ -504,14 +655,16 @@ Phrase noun_phrase(std::mt19937_64& rng, unsigned kinds, Case c, bool allow_coun
     const int count = 2 + static_cast<int>(pick(rng, chance(rng, 0.5) ? 18 : 998));
     p.plural = true;
     p.person = 5;
-    p.de = join({german_number(count), adjective ? adjective_form(a.de, n.gender, c, true, '-') : "", n.de_plural});
+    p.de =
+        join({german_number(count), adjective ? adjective_form(a.de, n.gender, c, true, '-') : "", plural_form(n, c)});
     p.en = join({english_number(count), adjective ? a.en : "", n.en_plural});
     return p;
   }
   if (form == 2) {  // definite plural
     p.plural = true;
     p.person = 5;
-    p.de = join({"die", adjective ? adjective_form(a.de, n.gender, c, true, 'd') : "", n.de_plural});
+    p.de = join({definite(n.gender, c, true), adjective ? adjective_form(a.de, n.gender, c, true, 'd') : "",
+                 plural_form(n, c)});
     p.en = join({"the", adjective ? a.en : "", n.en_plural});
     return p;
   }
@@ -526,6 +679,42 @@ Phrase noun_phrase(std::mt19937_64& rng, unsigned kinds, Case c, bool allow_coun
                singular_form(n, c)});
   p.en = join({"the", adjective ? a.en : "", n.en});
   return p;
+}
+
+// A prepositional phrase of place, company or purpose: the object in the dative (mit, in, an, auf,
+// unter, neben, hinter, vor, von) or the accusative (für, ohne); "in dem" / "an dem" / "von dem"
+// contract to im / am / vom as German writes them.
+struct Preposition {
+  const char* de;
+  const char* en;
+  Case object_case;
+  unsigned kinds;
+};
+const Preposition kPrepositions[] = {
+    {"mit", "with", Case::Dative, kAnimate | kTool | kInstrument},
+    {"in", "in", Case::Dative, kBuilding | kVehicle},
+    {"an", "at", Case::Dative, kBuilding},
+    {"auf", "on", Case::Dative, kObject | kVehicle},
+    {"unter", "under", Case::Dative, kPlant | kObject},
+    {"neben", "next to", Case::Dative, kBuilding | kVehicle | kPlant | kObject},
+    {"hinter", "behind", Case::Dative, kBuilding | kVehicle | kPlant},
+    {"vor", "in front of", Case::Dative, kBuilding | kVehicle | kPlant},
+    {"von", "from", Case::Dative, kPerson},
+    {"für", "for", Case::Accusative, kAnimate},
+    {"ohne", "without", Case::Accusative, kAnimate | kTool | kClothing},
+};
+
+Phrase prepositional_phrase(std::mt19937_64& rng) {
+  const Preposition& prep = pick(rng, kPrepositions);
+  Phrase object = noun_phrase(rng, prep.kinds, prep.object_case, false);
+  const std::string de(prep.de);
+  if (object.de.rfind("dem ", 0) == 0 && (de == "in" || de == "an" || de == "von")) {
+    object.de = (de == "in" ? "im" : de == "an" ? "am" : "vom") + object.de.substr(3);
+  } else {
+    object.de = join({de, object.de});
+  }
+  object.en = join({prep.en, object.en});
+  return object;
 }
 
 Phrase subject_phrase(std::mt19937_64& rng) {
@@ -609,8 +798,12 @@ Clause random_clause(std::mt19937_64& rng, bool allow_relative) {
       std::tie(s_rel_de, s_rel_en) = relative_clause(rng, s);
     }
   }
+  // A prepositional phrase ends the middle field (before nicht and the verb parts) and the English
+  // clause, unless an object relative clause already ends it.
+  Phrase pp;
+  if (o_rel_de.empty() && chance(rng, 0.3)) pp = prepositional_phrase(rng);
   const std::string sde = join({s.de, s_rel_de}), sen = join({s.en, s_rel_en});
-  const std::string ode = join({o.de, o_rel_de}), oen = join({o.en, o_rel_en});
+  const std::string ode = join({o.de, o_rel_de, pp.de}), oen = join({o.en, o_rel_en, pp.en});
   // An object relative clause ends with a comma before whatever follows it in German.
   Clause c;
   const std::string fin = v.de[s.person];

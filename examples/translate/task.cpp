@@ -100,6 +100,8 @@ SavedConfig read_saved_config(const nlohmann::json& config, const std::string& s
   saved.corpus.test_size = static_cast<int>(corpus.integer("test_size", 1, 1000000));
   // Checkpoints written before --val-size existed used the default split.
   if (corpus.has("val_size")) saved.corpus.validation_size = static_cast<int>(corpus.integer("val_size", 8, 1000000));
+  // ... and before --task existed, the quick level.
+  if (corpus.has("task")) saved.corpus.level = parse_task_level(corpus.string("task"));
   return saved;
 }
 
@@ -115,6 +117,15 @@ Task make_task(const CorpusOptions& options) {
   task.source = Vocab::build(src);
   task.target = Vocab::build(tgt);
   return task;
+}
+
+int64_t positions_needed(const Task& task) {
+  size_t longest = 0;
+  for (const std::vector<Pair>* split : {&task.corpus.train, &task.corpus.validation, &task.corpus.test})
+    for (const Pair& p : *split)
+      longest = std::max({longest, split_tokens(p.source).size(), split_tokens(p.target).size()});
+  const auto needed = static_cast<int64_t>(longest) + 2;
+  return std::max<int64_t>(32, (needed + 15) / 16 * 16);
 }
 
 std::shared_ptr<nn::Transformer> build_model(const ModelConfig& c, const Vocab& source, const Vocab& target) {

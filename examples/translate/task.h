@@ -68,6 +68,10 @@ struct Task {
 };
 Task make_task(const CorpusOptions& options);
 
+// The positions a model needs for this task: the longest source or target sentence of every
+// split plus <bos>/<eos>, rounded up to a multiple of 16, at least 32 (the quick task's 32).
+int64_t positions_needed(const Task& task);
+
 std::shared_ptr<heed::nn::Transformer> build_model(const ModelConfig& config, const Vocab& source, const Vocab& target);
 
 struct Batch {
@@ -93,7 +97,7 @@ double evaluate_loss(const heed::nn::Transformer& model, const Task& task, const
 struct DecodeOptions {
   int beam = 1;                 // 1: greedy
   double length_penalty = 0.6;  // GNMT alpha: score / ((5 + len) / 6)^alpha
-  int64_t max_len = 40;
+  int64_t max_len = 128;        // capped at the model's positions - 1
 };
 // Translates tokenized German sentences (a batch at a time) with the KV cache.
 std::vector<std::vector<std::string>> translate_batch(const heed::nn::Transformer& model, const Vocab& source,

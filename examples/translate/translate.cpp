@@ -31,14 +31,16 @@ namespace {
 struct Options {
   int64_t steps = 3000, batch_size = 64, warmup = 300, eval_every = 500, checkpoint_every = 500, log_every = 50;
   int64_t d_model = 128, heads = 4, layers = 2, d_ff = 512;
-  int64_t seed = 1, threads = 0, beam = 4, train_size = 40000, val_size = 500, test_size = 1000, samples = 6;
+  int64_t seed = 1, threads = 0, beam = 4, train_size = 40000, val_size = 500, test_size = 1000, samples = 6,
+          show_corpus = 0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.01, label_smoothing = 0.1, clip = 1.0, dropout = 0.1;
   double length_penalty = 0.6;
-  std::string attn_scale = "sqrt_dk", device = "cpu", amp = "none", out_dir = "translate_out", checkpoint,
-              translate_text;
+  std::string task = "quick", attn_scale = "sqrt_dk", device = "cpu", amp = "none", out_dir = "translate_out",
+              checkpoint, translate_text;
   std::string profile;  // Chrome trace of a few training steps
   int64_t profile_steps = 5;
   bool resume = false, memory = false, recompute = false;
+  bool show_corpus_given = false;  // --show-corpus N was given: print the corpus and exit
 };
 
 double now_seconds() {
@@ -89,6 +91,31 @@ void check_history(const nlohmann::json& history, const std::string& checkpoint)
   HEED_CHECK(static_cast<int64_t>(entropy.size()) == evals, "translate",
              "{} (training history): \"entropy\" has {} rows for {} evaluations", checkpoint, entropy.size(), evals);
   for (size_t i = 0; i < entropy.size(); ++i) io::json_numbers(entropy[i], h.element_place("entropy", i), 0.0);
+}
+
+// --show-corpus N: the corpus's sizes and N training pairs, without training.
+void show_corpus(const translate::Task& task, int64_t examples) {
+  const translate::CorpusOptions& c = task.corpus_options;
+  size_t source_tokens = 0, target_tokens = 0, longest = 0;
+  for (const Pair& p : task.corpus.train) {
+    const size_t s = translate::split_tokens(p.source).size(), t = translate::split_tokens(p.target).size();
+    source_tokens += s;
+    target_tokens += t;
+    longest = std::max({longest, s, t});
+  }
+  const double pairs = static_cast<double>(std::max<size_t>(1, task.corpus.train.size()));
+  // Vocabularies hold 4 special tokens (<pad> <bos> <eos> <unk>).
+  std::printf(
+      "task %s, seed %llu: %zu training / %zu validation / %zu test pairs; %lld German and %lld English word types "
+      "in training; mean %.1f German / %.1f English tokens per sentence, longest %zu; model positions %lld\n",
+      translate::task_level_name(c.level), static_cast<unsigned long long>(c.seed), task.corpus.train.size(),
+      task.corpus.validation.size(), task.corpus.test.size(), static_cast<long long>(task.source.size() - 4),
+      static_cast<long long>(task.target.size() - 4), static_cast<double>(source_tokens) / pairs,
+      static_cast<double>(target_tokens) / pairs, longest, static_cast<long long>(translate::positions_needed(task)));
+  for (int64_t i = 0; i < std::min<int64_t>(examples, static_cast<int64_t>(task.corpus.train.size())); ++i) {
+    const Pair& p = task.corpus.train[static_cast<size_t>(i)];
+    std::printf("  de: %s\n  en: %s\n", p.source.c_str(), p.target.c_str());
+  }
 }
 
 int run(const Options& o) {
@@ -142,7 +169,12 @@ int run(const Options& o) {
   corpus_options.train_size = static_cast<int>(o.train_size);
   corpus_options.test_size = static_cast<int>(o.test_size);
   corpus_options.validation_size = static_cast<int>(o.val_size);
+  corpus_options.level = translate::parse_task_level(o.task);
   const translate::Task task = translate::make_task(corpus_options);
+  if (o.show_corpus_given) {
+    show_corpus(task, o.show_corpus);
+    return 0;
+  }
   translate::ModelConfig mc;
   mc.d_model = o.d_model;
   mc.heads = o.heads;
@@ -150,6 +182,7 @@ int run(const Options& o) {
   mc.d_ff = o.d_ff;
   mc.dropout = o.dropout;
   mc.attn_scale = o.attn_scale;
+  mc.max_len = translate::positions_needed(task);
   auto model = translate::build_model(mc, task.source, task.target);
   model->encoder->recompute = model->decoder->recompute = o.recompute;  // training only: not in the config
   model->to(device);
@@ -175,12 +208,15 @@ int run(const Options& o) {
                               .shards = group ? group->world_size() : 1});
   optim::Optimizer& optimizer = trainer.optimizer();
   optim::LRScheduler& scheduler = trainer.scheduler();
-  const nlohmann::json config = {
-      {"model", mc.to_json()},
-      {"source_vocab", task.source.tokens()},
-      {"target_vocab", task.target.tokens()},
-      {"corpus",
-       {{"seed", o.seed}, {"train_size", o.train_size}, {"val_size", o.val_size}, {"test_size", o.test_size}}}};
+  const nlohmann::json config = {{"model", mc.to_json()},
+                                 {"source_vocab", task.source.tokens()},
+                                 {"target_vocab", task.target.tokens()},
+                                 {"corpus",
+                                  {{"task", o.task},
+                                   {"seed", o.seed},
+                                   {"train_size", o.train_size},
+                                   {"val_size", o.val_size},
+                                   {"test_size", o.test_size}}}};
   std::printf(
       "heed translate: %zu training pairs, %zu validation, %zu test; vocab de %lld / en %lld; "
       "model %lld parameters (d_model %lld, %lld heads, %lld+%lld layers), %d threads\n",
@@ -203,6 +239,10 @@ int run(const Options& o) {
     if (saved.is_object() && saved.contains("corpus") && saved["corpus"].is_object() &&
         !saved["corpus"].contains("val_size"))
       saved["corpus"]["val_size"] = 500;
+    // ... and before --task existed, the quick task.
+    if (saved.is_object() && saved.contains("corpus") && saved["corpus"].is_object() &&
+        !saved["corpus"].contains("task"))
+      saved["corpus"]["task"] = "quick";
     HEED_CHECK(saved == config, "translate",
                "{} was trained with a different configuration; pass the same flags to resume", path);
     start_step = restored.step;
@@ -384,6 +424,10 @@ int main(int argc, char** argv) {
   args.add_int("layers", &o.layers, "encoder and decoder layers", 1, 64);
   args.add_int("d-ff", &o.d_ff, "feed-forward width", 1, 1 << 20);
   args.add_string("attn-scale", &o.attn_scale, "attention scale", {"sqrt_dk", "none", "learnable", "affine", "cosine"});
+  args.add_string("task", &o.task,
+                  "corpus level: quick (the demo: short clauses, small lexicon) or hard (long sentences with "
+                  "relative and subordinate clauses, a large lexicon; needs a longer run)",
+                  {"quick", "hard"});
   args.add_int("seed", &o.seed, "random seed (corpus, init, batches, dropout)", 0, 1LL << 62);
   args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
   args.add_string("device", &o.device, "cpu or cuda");
@@ -412,5 +456,11 @@ int main(int argc, char** argv) {
   args.add_int("val-size", &o.val_size, "validation pairs to generate", 8, 1000000);
   args.add_int("test-size", &o.test_size, "test pairs to generate", 1, 1000000);
   args.add_int("samples", &o.samples, "sample translations to print", 0, 1000);
-  return examples::parse_and_run(args, "translate", argc, argv, [&] { return run(o); });
+  args.add_int("show-corpus", &o.show_corpus,
+               "N: print the corpus's sizes and N training pairs (with --task, --seed, the split sizes) and exit", 0,
+               1000000);
+  return examples::parse_and_run(args, "translate", argc, argv, [&] {
+    o.show_corpus_given = args.given("show-corpus");
+    return run(o);
+  });
 }

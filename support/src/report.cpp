@@ -194,14 +194,23 @@ void line_chart(const std::string& path, const std::string& title, const std::ve
   const double W = 720, H = 420, left = 70, right = 160, top = 40, bottom = 50;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   auto ty = [&](double y) { return log_y ? std::log10(y) : y; };
-  for (const Series& s : series)
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i]) || (log_y && s.y[i] <= 0)) continue;
-      x0 = std::min(x0, s.x[i]);
-      x1 = std::max(x1, s.x[i]);
-      y0 = std::min(y0, ty(s.y[i]));
-      y1 = std::max(y1, ty(s.y[i]));
-    }
+  auto drawable = [&](double x, double y) { return std::isfinite(x) && std::isfinite(y) && (!log_y || y > 0); };
+  auto has_band = [](const Series& s) { return s.band_lo.size() == s.x.size() && s.band_hi.size() == s.x.size(); };
+  auto widen = [&](double x, double y) {
+    if (!drawable(x, y)) return;
+    x0 = std::min(x0, x);
+    x1 = std::max(x1, x);
+    y0 = std::min(y0, ty(y));
+    y1 = std::max(y1, ty(y));
+  };
+  for (const Series& s : series) {
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) widen(s.x[i], s.y[i]);
+    if (has_band(s))
+      for (size_t i = 0; i < s.x.size(); ++i) {
+        widen(s.x[i], s.band_lo[i]);
+        widen(s.x[i], s.band_hi[i]);
+      }
+  }
   if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y1 = y0 + 1;
@@ -236,9 +245,17 @@ void line_chart(const std::string& path, const std::string& title, const std::ve
   for (size_t k = 0; k < series.size(); ++k) {
     const Series& s = series[k];
     const char* colour = kPalette[k % std::size(kPalette)];
+    if (has_band(s)) {  // the upper edge left to right, then the lower edge back
+      std::string outline;
+      for (size_t i = 0; i < s.x.size(); ++i)
+        if (drawable(s.x[i], s.band_hi[i])) outline += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.band_hi[i]));
+      for (size_t i = s.x.size(); i-- > 0;)
+        if (drawable(s.x[i], s.band_lo[i])) outline += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.band_lo[i]));
+      o << fmt::format("<polygon fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\" points=\"{}\"/>\n", colour, outline);
+    }
     std::string points;
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i]) || (log_y && s.y[i] <= 0)) continue;
+      if (!drawable(s.x[i], s.y[i])) continue;
       points += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.y[i]));
     }
     o << fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n", colour, points);

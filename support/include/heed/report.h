@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,8 +59,19 @@ class MetricsLog {
 namespace svg {
 
 struct Series {
+  Series() = default;
+  Series(std::string name_, std::vector<double> x_, std::vector<double> y_, std::vector<double> band_lo_ = {},
+         std::vector<double> band_hi_ = {})
+      : name(std::move(name_)),
+        x(std::move(x_)),
+        y(std::move(y_)),
+        band_lo(std::move(band_lo_)),
+        band_hi(std::move(band_hi_)) {}
   std::string name;
   std::vector<double> x, y;
+  // Optional shaded band around the line (e.g. the spread over seeds): empty, or one lower and
+  // one upper value per x.
+  std::vector<double> band_lo, band_hi;
 };
 
 // Axis ticks a reader can take in at a glance: positions at multiples of 1, 2 or 5 x 10^k
@@ -75,7 +87,8 @@ AxisTicks log_axis_ticks(double log10_lo, double log10_hi, int target = 5);
 // One value with 3 significant digits and the same k / M suffixes ("1.22k", "0.0123").
 std::string format_value(double v);
 
-// A line chart of one or more series (non-finite points are skipped).
+// A line chart of one or more series (non-finite points are skipped), each with its band shaded
+// in the line's colour where it has one.
 void line_chart(const std::string& path, const std::string& title, const std::vector<Series>& series,
                 const std::string& x_label, const std::string& y_label, bool log_y = false);
 
