@@ -1,11 +1,12 @@
 // tests/test_translate_corpus.cpp — the synthetic German -> English corpora of
 // examples/translate (corpus.h): both levels deterministic by seed with disjoint splits and
 // clean tokens; the hard level long, varied and grammatical where a rule can be checked
-// mechanically (cases after prepositions, contractions, verb-final clauses after "dass",
-// English without German function words); the positions a model needs.
+// mechanically (cases after prepositions, contractions, "dass" after a comma, English without
+// German function words), with a long tail of rare words; the positions a model needs.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -94,8 +95,25 @@ TEST_CASE("translate corpus: the hard level is long, varied and grammatical wher
     return de.size();
   };
   CHECK(mean_length(hard) > 1.5 * mean_length(quick));
-  CHECK(types(hard) > 1400);  // 1,737 on the default 40,000 pairs
-  CHECK(types(hard) > 3 * types(quick));
+  CHECK(types(hard) > 2500);  // 3,628 on the default 40,000 pairs
+  CHECK(types(hard) > 5 * types(quick));
+  // A long tail (the Zipf-distributed compounds): many German words occur only once or twice.
+  std::map<std::string, int> counts;
+  for (const Pair& p : hard.train)
+    for (const std::string& t : split_tokens(p.source)) ++counts[t];
+  const auto rare = std::count_if(counts.begin(), counts.end(), [](const auto& c) { return c.second <= 2; });
+  CHECK(rare > 500);
+  // Compounds are one German word ("haustür", two English words "house door"): several end in tür.
+  const std::string door = "tür";  // 4 bytes in UTF-8
+  size_t door_compounds = 0;
+  for (const auto& [word, count] : counts)
+    if (word.size() > door.size() && word.compare(word.size() - door.size(), door.size(), door) == 0) ++door_compounds;
+  CHECK(door_compounds >= 2);
+  const translate::HardLexiconSizes lexicon = translate::hard_lexicon_sizes();
+  CHECK(lexicon.nouns >= 280);
+  CHECK(lexicon.verbs >= 100);
+  CHECK(lexicon.adjectives >= 80);
+  CHECK(lexicon.compounds > 4000);
 
   const std::set<std::string> dative_starts = {"dem", "der", "den", "einem", "einer"};
   const std::set<std::string> accusative_starts = {"den", "die", "das", "einen", "eine", "ein"};

@@ -9,8 +9,9 @@
 //
 // Invariants: a run depends only on (task, budget settings, scale, d_k, seed): the corpus comes
 // from --corpus-seed, initial weights, batches and dropout from the run's seed. Every finished
-// run is saved to OUT_DIR/runs/ at once, and --resume reuses the saved runs whose settings match
-// exactly, so a long full-budget ablation can be spread over several sessions.
+// run is saved to OUT_DIR/runs/ at once, and --resume reuses the saved runs whose settings (and a
+// fingerprint of the generated corpus) match exactly, so a long full-budget ablation can be spread
+// over several sessions.
 #include <heed/doctor.h>
 #include <heed/heed.h>
 
@@ -73,10 +74,27 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// FNV-1a over every pair of every split: a saved run is not reused once the corpus generator
+// has changed, even with the same flags.
+std::string corpus_fingerprint(const translate::Corpus& corpus) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  auto mix = [&](const std::string& text) {
+    for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ULL;
+    hash = (hash ^ 0xff) * 0x100000001b3ULL;  // separator
+  };
+  for (const std::vector<translate::Pair>* split : {&corpus.train, &corpus.validation, &corpus.test})
+    for (const translate::Pair& p : *split) {
+      mix(p.source);
+      mix(p.target);
+    }
+  return fmt::format("{:016x}", hash);
+}
+
 // Everything a run's result depends on besides (scale, d_k, seed); a saved run is reused only
 // when this matches exactly.
-nlohmann::json settings(const Options& o) {
+nlohmann::json settings(const Options& o, const translate::Task& task) {
   return {{"task", o.task},
+          {"corpus_fingerprint", corpus_fingerprint(task.corpus)},
           {"corpus_seed", o.corpus_seed},
           {"train_size", o.train_size},
           {"val_size", o.val_size},
@@ -248,7 +266,7 @@ int run(const Options& o) {
   corpus.validation_size = static_cast<int>(o.val_size);
   corpus.test_size = static_cast<int>(o.test_size);
   const translate::Task task = translate::make_task(corpus);
-  const nlohmann::json setup = settings(o);
+  const nlohmann::json setup = settings(o, task);
   std::printf(
       "scale ablation (%s budget) on the %s task: %zu scales x %zu head widths x %lld seeds; d_model %lld, %lld+%lld "
       "layers, d_ff %lld, %lld steps of %lld pairs, target validation loss %.2f, %d threads\n",
@@ -317,19 +335,20 @@ int run(const Options& o) {
                         format_spread(spread(bleu), 1), format_spread(spread(exact), 1), reached,
                         format_spread(spread(grad), 3), format_spread(spread(entropy), 2),
                         format_spread(spread(final_val), 3));
-      rows.push_back({{"d_k", dk},
-                      {"heads", o.d_model / dk},
-                      {"scale", scale},
-                      {"seeds", group.size()},
-                      {"test_bleu_mean", spread(bleu).mean},
-                      {"test_bleu_sd", spread(bleu).sd},
-                      {"exact_match_mean", spread(exact).mean / 100},
-                      {"steps_to_target_mean", reached_at.empty() ? nlohmann::json() : nlohmann::json(spread(reached_at).mean)},
-                      {"seeds_reaching_target", reached_at.size()},
-                      {"early_attention_grad_norm_mean", spread(grad).mean},
-                      {"mean_attention_entropy_mean", spread(entropy).mean},
-                      {"final_val_loss_mean", spread(final_val).mean},
-                      {"final_val_loss_sd", spread(final_val).sd}});
+      rows.push_back(
+          {{"d_k", dk},
+           {"heads", o.d_model / dk},
+           {"scale", scale},
+           {"seeds", group.size()},
+           {"test_bleu_mean", spread(bleu).mean},
+           {"test_bleu_sd", spread(bleu).sd},
+           {"exact_match_mean", spread(exact).mean / 100},
+           {"steps_to_target_mean", reached_at.empty() ? nlohmann::json() : nlohmann::json(spread(reached_at).mean)},
+           {"seeds_reaching_target", reached_at.size()},
+           {"early_attention_grad_norm_mean", spread(grad).mean},
+           {"mean_attention_entropy_mean", spread(entropy).mean},
+           {"final_val_loss_mean", spread(final_val).mean},
+           {"final_val_loss_sd", spread(final_val).sd}});
       // The chart: mean validation loss over seeds, shaded from the lowest to the highest seed.
       report::svg::Series curve{scale, {}, {}};
       if (!group.empty()) {

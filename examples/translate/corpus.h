@@ -52,6 +52,11 @@ Corpus generate_corpus(const CorpusOptions& options);
 Pair random_pair(std::mt19937_64& rng, double number_fraction);
 // One random pair of the hard level.
 Pair random_hard_pair(std::mt19937_64& rng);
+// The hard level's lexicon: entries of each kind (compounds: the fixed list noun phrases draw from).
+struct HardLexiconSizes {
+  size_t nouns = 0, adjectives = 0, verbs = 0, names = 0, compounds = 0;
+};
+HardLexiconSizes hard_lexicon_sizes();
 
 // German and English words of a number 1..9999.
 std::string german_number(int n);

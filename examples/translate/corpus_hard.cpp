@@ -20,7 +20,9 @@
 // Invariants: deterministic from the generator's state (portable integer draws only); every
 // token lower-case, separated by single spaces, commas as tokens; sentences up to about 40
 // tokens.
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -570,6 +572,102 @@ const char* const kIntroVerbs[][2] = {{"weiß", "knows"},  {"sagt", "says"},  {"
                                       {"hofft", "hopes"}, {"hört", "hears"}, {"merkt", "notices"}};
 const char* const kCoordinators[][2] = {{"und", "and"}, {"aber", "but"}, {"oder", "or"}};
 
+// ---- compound nouns: the long tail of the lexicon ----------------------------------------------
+
+// German writes a compound as one word (apfel + kuchen -> apfelkuchen: gender and plural of the
+// last part), English as two (apple cake). A fixed list of compounds (the same for every corpus
+// seed) is drawn from modifiers x nouns; noun phrases pick them with Zipf frequencies (the
+// r-th compound 1/sqrt(r) as often as the first), so a model sees the common ones often and the
+// rare ones a handful of times, or never: a word-level model must learn every compound as a
+// word of its own, the classic difficulty of German for machine translation.
+constexpr double kCompoundShare = 0.5;
+
+struct Modifier {
+  const char* de;  // the combining form: küchen (küche), schul (schule), eier (ei)
+  const char* en;
+};
+// clang-format off
+const Modifier kModifiers[] = {
+    {"haus", "house"},     {"garten", "garden"},    {"küchen", "kitchen"},   {"schul", "school"},
+    {"wasser", "water"},   {"holz", "wood"},         {"stein", "stone"},       {"glas", "glass"},
+    {"papier", "paper"},   {"leder", "leather"},     {"gold", "gold"},         {"eisen", "iron"},
+    {"blumen", "flower"},  {"obst", "fruit"},        {"wein", "wine"},         {"milch", "milk"},
+    {"kaffee", "coffee"},  {"tee", "tea"},           {"zucker", "sugar"},      {"schokoladen", "chocolate"},
+    {"fisch", "fish"},     {"hunde", "dog"},         {"katzen", "cat"},        {"pferde", "horse"},
+    {"vogel", "bird"},     {"sommer", "summer"},     {"winter", "winter"},     {"nacht", "night"},
+    {"abend", "evening"},  {"feuer", "fire"},        {"regen", "rain"},        {"schnee", "snow"},
+    {"sonnen", "sun"},     {"mond", "moon"},         {"stern", "star"},        {"berg", "mountain"},
+    {"wald", "forest"},    {"see", "lake"},          {"meer", "sea"},          {"fluss", "river"},
+    {"stadt", "town"},     {"dorf", "village"},      {"bauern", "farm"},       {"reise", "travel"},
+    {"sport", "sports"},   {"musik", "music"},       {"spiel", "game"},        {"post", "post"},
+    {"bahn", "railway"},   {"polizei", "police"},    {"hotel", "hotel"},       {"tisch", "table"},
+    {"bett", "bed"},       {"fenster", "window"},    {"tür", "door"},          {"dach", "roof"},
+    {"keller", "cellar"},  {"baum", "tree"},         {"rosen", "rose"},        {"kirsch", "cherry"},
+    {"erdbeer", "strawberry"}, {"tomaten", "tomato"}, {"kartoffel", "potato"}, {"brot", "bread"},
+    {"butter", "butter"},  {"honig", "honey"},       {"eier", "egg"},          {"woll", "wool"},
+    {"seiden", "silk"},    {"baumwoll", "cotton"},   {"plastik", "plastic"},   {"kupfer", "copper"},
+};
+// clang-format on
+
+struct CompoundLexicon {
+  std::vector<std::string> strings;  // owns the text the Noun entries point into
+  std::vector<Noun> nouns;           // most frequent first
+  std::vector<double> cumulative;    // Zipf weights 1, 1/sqrt(2), 1/sqrt(3), ... summed
+};
+
+const CompoundLexicon& compounds() {
+  static const CompoundLexicon lexicon = [] {
+    constexpr int kPerHead = 20;                 // modifiers drawn for every noun
+    std::mt19937_64 rng(0x636f6d706f756e64ULL);  // fixed: the same compounds for every corpus seed
+    struct Parts {
+      std::string de, de_plural, en, en_plural;
+      char gender;
+      unsigned kind;
+    };
+    std::vector<Parts> parts;
+    for (const Noun& head : kHardNouns) {
+      for (int k = 0; k < kPerHead; ++k) {
+        const Modifier& m = kModifiers[rng() % std::size(kModifiers)];
+        if (std::string(m.en) == head.en) continue;
+        std::string de = std::string(m.de) + head.de;
+        bool duplicate = false;
+        for (const Parts& p : parts) duplicate = duplicate || p.de == de;
+        if (duplicate) continue;
+        parts.push_back({de, std::string(m.de) + head.de_plural, std::string(m.en) + " " + head.en,
+                         std::string(m.en) + " " + head.en_plural, head.gender, head.kind});
+      }
+    }
+    // A fixed shuffle decides which compounds are common (Fisher-Yates with integer draws).
+    for (size_t i = parts.size(); i > 1; --i) std::swap(parts[i - 1], parts[rng() % i]);
+    CompoundLexicon out;
+    out.strings.reserve(parts.size() * 4);
+    for (const Parts& p : parts)
+      for (const std::string* text : {&p.de, &p.de_plural, &p.en, &p.en_plural}) out.strings.push_back(*text);
+    double total = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::string* t = &out.strings[4 * i];
+      out.nouns.push_back({parts[i].gender, t[0].c_str(), t[1].c_str(), t[2].c_str(), t[3].c_str(), parts[i].kind});
+      total += 1.0 / std::sqrt(static_cast<double>(i + 1));  // sqrt: correctly rounded everywhere
+      out.cumulative.push_back(total);
+    }
+    return out;
+  }();
+  return lexicon;
+}
+
+// A compound of one of `kinds` by Zipf frequency, or null when 20 draws found none of that kind.
+const Noun* zipf_compound(std::mt19937_64& rng, unsigned kinds) {
+  const CompoundLexicon& lexicon = compounds();
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * lexicon.cumulative.back();
+    const size_t i = static_cast<size_t>(std::upper_bound(lexicon.cumulative.begin(), lexicon.cumulative.end(), u) -
+                                         lexicon.cumulative.begin());
+    const Noun& n = lexicon.nouns[std::min(i, lexicon.nouns.size() - 1)];
+    if (n.kind & kinds) return &n;
+  }
+  return nullptr;
+}
+
 // ---- noun phrases -----------------------------------------------------------------------------
 
 enum class Case { Nominative, Accusative, Dative };
@@ -625,10 +723,15 @@ std::string singular_form(const Noun& n, Case c) {
                                         {"pilot", "piloten"},       {"prinz", "prinzen"},     {"affe", "affen"},
                                         {"löwe", "löwen"},          {"riese", "riesen"},      {"hirte", "hirten"},
                                         {"matrose", "matrosen"},    {"elefant", "elefanten"}};
+  // Compounds decline as their last part (den bauernjungen).
+  const std::string word = n.de;
   if (c != Case::Nominative)
-    for (const auto& w : weak)
-      if (std::string(n.de) == w[0]) return w[1];
-  return n.de;
+    for (const auto& w : weak) {
+      const std::string singular = w[0];
+      if (word.size() >= singular.size() && word.compare(word.size() - singular.size(), singular.size(), singular) == 0)
+        return word.substr(0, word.size() - singular.size()) + w[1];
+    }
+  return word;
 }
 
 // The plural in case `c`: the dative plural adds -n unless the plural ends in -n or -s
@@ -641,10 +744,14 @@ std::string plural_form(const Noun& n, Case c) {
 
 // A noun phrase of `kinds` in case `c`. `negative`: with kein / "no" (objects of a negated clause).
 Phrase noun_phrase(std::mt19937_64& rng, unsigned kinds, Case c, bool allow_counted, bool negative = false) {
-  size_t i;
-  do i = pick(rng, std::size(kHardNouns));
-  while (!(kHardNouns[i].kind & kinds));
-  const Noun& n = kHardNouns[i];
+  // Half of the noun phrases name a compound (polizeihund, apfelkuchen).
+  const Noun* compound = chance(rng, kCompoundShare) ? zipf_compound(rng, kinds) : nullptr;
+  size_t i = 0;
+  if (!compound) {
+    do i = pick(rng, std::size(kHardNouns));
+    while (!(kHardNouns[i].kind & kinds));
+  }
+  const Noun& n = compound ? *compound : kHardNouns[i];
   Phrase p;
   p.noun = &n;
   p.gender = n.gender;
@@ -788,7 +895,14 @@ Clause random_clause(std::mt19937_64& rng, bool allow_relative) {
   const int kind = static_cast<int>(pick(rng, 7));  // 0-1 present, 2 negated, 3 modal, 4 perfect, 5 adverb, 6 kein
   const bool transitive = v.objects != 0;
   Phrase o;
-  if (transitive) o = noun_phrase(rng, v.objects, Case::Accusative, kind <= 1, kind == 6);
+  // Negated with nicht (kind 2, and modal / perfect clauses three times in ten): German negates an
+  // indefinite object with kein instead (kind 6), so a nicht clause takes a definite or plural object.
+  const bool negated = kind == 2 || ((kind == 3 || kind == 4) && chance(rng, 0.3));
+  if (transitive) {
+    o = noun_phrase(rng, v.objects, Case::Accusative, kind <= 1, kind == 6);
+    for (int attempt = 0; negated && o.de.rfind("ein", 0) == 0 && attempt < 20; ++attempt)
+      o = noun_phrase(rng, v.objects, Case::Accusative, false);
+  }
   // A relative clause on the subject or the object (at most one per clause).
   std::string s_rel_de, s_rel_en, o_rel_de, o_rel_en;
   if (allow_relative && chance(rng, 0.35)) {
@@ -825,7 +939,6 @@ Clause random_clause(std::mt19937_64& rng, bool allow_relative) {
       break;
     case 3: {
       const Modal& m = pick(rng, kHardModals);
-      const bool negated = chance(rng, 0.3);
       const std::string mfin = m.de[s.person], nicht = negated ? "nicht" : "";
       c.de_main = join({sde, mfin, ode, nicht, v.infinitive});
       c.de_inverted = join({mfin, sde, ode, nicht, v.infinitive});
@@ -836,7 +949,6 @@ Clause random_clause(std::mt19937_64& rng, bool allow_relative) {
       break;
     }
     case 4: {
-      const bool negated = chance(rng, 0.3);
       const std::string nicht = negated ? "nicht" : "", aux = kHaben[s.person];
       c.de_main = join({sde, aux, ode, nicht, v.participle});
       c.de_inverted = join({aux, sde, ode, nicht, v.participle});
@@ -873,6 +985,11 @@ std::string tidy_commas(const std::string& text) {
 Pair sentence(const std::string& de, const std::string& en) { return {tidy_commas(de), tidy_commas(en)}; }
 
 }  // namespace
+
+HardLexiconSizes hard_lexicon_sizes() {
+  return {std::size(kHardNouns), std::size(kAdjectives), std::size(kHardVerbs), std::size(kNames),
+          compounds().nouns.size()};
+}
 
 Pair random_hard_pair(std::mt19937_64& rng) {
   const int form = static_cast<int>(pick(rng, 6));

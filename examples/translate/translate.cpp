@@ -112,6 +112,11 @@ void show_corpus(const translate::Task& task, int64_t examples) {
       task.corpus.validation.size(), task.corpus.test.size(), static_cast<long long>(task.source.size() - 4),
       static_cast<long long>(task.target.size() - 4), static_cast<double>(source_tokens) / pairs,
       static_cast<double>(target_tokens) / pairs, longest, static_cast<long long>(translate::positions_needed(task)));
+  if (c.level == translate::TaskLevel::Hard) {
+    const translate::HardLexiconSizes l = translate::hard_lexicon_sizes();
+    std::printf("lexicon: %zu nouns, %zu adjectives, %zu verbs, %zu names, %zu compound nouns\n", l.nouns, l.adjectives,
+                l.verbs, l.names, l.compounds);
+  }
   for (int64_t i = 0; i < std::min<int64_t>(examples, static_cast<int64_t>(task.corpus.train.size())); ++i) {
     const Pair& p = task.corpus.train[static_cast<size_t>(i)];
     std::printf("  de: %s\n  en: %s\n", p.source.c_str(), p.target.c_str());
