@@ -11,7 +11,8 @@
 // from --corpus-seed, initial weights, batches and dropout from the run's seed. Every finished
 // run is saved to OUT_DIR/runs/ at once, and --resume reuses the saved runs whose settings (and a
 // fingerprint of the generated corpus) match exactly, so a long full-budget ablation can be spread
-// over several sessions.
+// over several sessions; --table-only trains nothing and rebuilds the table from saved runs (the
+// README's table comes from examples/scale_ablation/results/runs, checked so by a test).
 #include <heed/doctor.h>
 #include <heed/heed.h>
 
@@ -32,12 +33,12 @@ namespace {
 
 struct Options {
   std::string budget = "full", task = "hard", scales = "none,sqrt_dk,learnable,cosine", dks = "64,128,256";
-  int64_t seeds = 3, steps = 1500, batch_size = 64, warmup = 150, eval_every = 250, early_steps = 100;
+  int64_t seeds = 3, steps = 800, batch_size = 64, warmup = 80, eval_every = 100, early_steps = 100;
   int64_t d_model = 256, layers = 2, d_ff = 512, corpus_seed = 1, threads = 0;
   int64_t train_size = 40000, val_size = 500, test_size = 1000;
-  double lr = 1e-3, target_loss = 1.0, dropout = 0.1;
+  double lr = 1e-3, target_loss = 1.5, dropout = 0.1;
   std::string out_dir = "scale_ablation_out";
-  bool resume = false;
+  bool resume = false, table_only = false, early_only = false;
 };
 
 // --budget quick: a smoke run of a few seconds per configuration (tiny model, corpus and
@@ -145,8 +146,49 @@ Run run_from_json(const nlohmann::json& j, const std::string& source) {
   return r;
 }
 
-Run train_one(const Options& o, const translate::Task& task, const std::string& scale, int64_t dk, int64_t seed) {
-  manual_seed(static_cast<uint64_t>(seed));  // initial weights (up to the scale parameters), batches, dropout
+// Mean entropy (nats) of every head of every attention module on the first 64 validation pairs.
+double mean_attention_entropy(nn::Transformer& model, diagnostics::AttentionMonitor& monitor,
+                              const translate::Task& task) {
+  NoGradGuard no_grad;
+  model.eval();
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < std::min<size_t>(64, task.corpus.validation.size()); ++i) rows.push_back(i);
+  const translate::Batch b = translate::make_batch(task.corpus.validation, rows, task.source, task.target);
+  monitor.record(true);
+  model.forward(b.src, b.tgt_in);
+  monitor.record(false);
+  model.train();
+  double total = 0;
+  int count = 0;
+  for (const auto& layer : monitor.attention_stats())
+    for (const auto& head : layer.heads) {
+      total += head.entropy;
+      ++count;
+    }
+  return count ? total / count : 0.0;
+}
+
+// L2 norms of the current gradients of the query and key projections of every attention module
+// (the only attention parameters whose gradient passes through the softmax Jacobian, so the ones a
+// saturated softmax would starve) and of the value and output projections (which it does not).
+struct ProjectionGradientNorms {
+  double query_key = 0, value_output = 0;
+};
+ProjectionGradientNorms projection_gradient_norms(const nn::Module& model) {
+  double query_key = 0, value_output = 0;
+  auto has = [](const std::string& name, const char* part) { return name.find(part) != std::string::npos; };
+  for (const auto& [name, param] : model.named_parameters()) {
+    const bool qk = has(name, ".q_proj.") || has(name, ".k_proj.");
+    const bool vo = has(name, ".v_proj.") || has(name, ".out_proj.");
+    if ((!qk && !vo) || !param.grad().defined()) continue;
+    const double squares = sum(param.grad().detach().to(kFloat64).pow(2.0)).item<double>();
+    (qk ? query_key : value_output) += squares;
+  }
+  return {std::sqrt(query_key), std::sqrt(value_output)};
+}
+
+std::shared_ptr<nn::Transformer> build_ablation_model(const Options& o, const translate::Task& task,
+                                                      const std::string& scale, int64_t dk) {
   translate::ModelConfig mc;
   mc.d_model = o.d_model;
   mc.heads = o.d_model / dk;
@@ -155,7 +197,37 @@ Run train_one(const Options& o, const translate::Task& task, const std::string& 
   mc.dropout = o.dropout;
   mc.attn_scale = scale;
   mc.max_len = translate::positions_needed(task);
-  auto model = translate::build_model(mc, task.source, task.target);
+  return translate::build_model(mc, task.source, task.target);
+}
+
+// --early-only: the first --early-steps steps of one run (the same weights, batches and schedule
+// as the full run's start), with the gradient norms split by projection.
+struct EarlyRun {
+  std::string scale;
+  int64_t dk = 0, seed = 0;
+  double entropy_at_init = 0, query_key = 0, value_output = 0;
+};
+
+EarlyRun train_early(const Options& o, const translate::Task& task, const std::string& scale, int64_t dk,
+                     int64_t seed) {
+  manual_seed(static_cast<uint64_t>(seed));
+  auto model = build_ablation_model(o, task, scale, dk);
+  translate::Trainer trainer(*model, task,
+                             {.batch_size = o.batch_size, .steps = o.steps, .warmup = o.warmup, .lr = o.lr});
+  diagnostics::AttentionMonitor monitor(*model);
+  EarlyRun run{scale, dk, seed, mean_attention_entropy(*model, monitor, task), 0, 0};
+  for (int64_t step = 1; step <= o.early_steps; ++step)
+    trainer.step([&] {
+      const ProjectionGradientNorms norms = projection_gradient_norms(*model);
+      run.query_key += norms.query_key / static_cast<double>(o.early_steps);
+      run.value_output += norms.value_output / static_cast<double>(o.early_steps);
+    });
+  return run;
+}
+
+Run train_one(const Options& o, const translate::Task& task, const std::string& scale, int64_t dk, int64_t seed) {
+  manual_seed(static_cast<uint64_t>(seed));  // initial weights (up to the scale parameters), batches, dropout
+  auto model = build_ablation_model(o, task, scale, dk);
   translate::Trainer trainer(*model, task,
                              {.batch_size = o.batch_size, .steps = o.steps, .warmup = o.warmup, .lr = o.lr});
   diagnostics::AttentionMonitor monitor(*model);
@@ -189,23 +261,7 @@ Run train_one(const Options& o, const translate::Task& task, const std::string& 
   const translate::EvalResult eval = translate::evaluate_translation(*model, task, task.corpus.test, {.beam = 1});
   run.bleu = eval.bleu;
   run.exact = eval.exact_match;
-  {  // mean entropy of every head of every attention module on a validation batch
-    NoGradGuard no_grad;
-    std::vector<size_t> rows;
-    for (size_t i = 0; i < std::min<size_t>(64, task.corpus.validation.size()); ++i) rows.push_back(i);
-    const translate::Batch b = translate::make_batch(task.corpus.validation, rows, task.source, task.target);
-    monitor.record(true);
-    model->forward(b.src, b.tgt_in);
-    monitor.record(false);
-    double total = 0;
-    int count = 0;
-    for (const auto& layer : monitor.attention_stats())
-      for (const auto& head : layer.heads) {
-        total += head.entropy;
-        ++count;
-      }
-    run.entropy = count ? total / count : 0.0;
-  }
+  run.entropy = mean_attention_entropy(*model, monitor, task);
   return run;
 }
 
@@ -236,6 +292,63 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+// --early-only: every (d_k, scale, seed) for its first --early-steps steps; the table of the
+// attention entropy at initialisation and the early gradient norms of the Q/K and V/O projections
+// (seed 000 sec. 6 says unscaled attention's gradients are orders of magnitude smaller).
+int run_early(const Options& o, const translate::Task& task, const std::vector<std::string>& scales,
+              const std::vector<int64_t>& dks) {
+  std::printf(
+      "early gradients on the %s task: %zu scales x %zu head widths x %lld seeds, the first %lld of %lld steps of "
+      "%lld pairs; d_model %lld, %lld+%lld layers, d_ff %lld, %d threads\n",
+      o.task.c_str(), scales.size(), dks.size(), static_cast<long long>(o.seeds), static_cast<long long>(o.early_steps),
+      static_cast<long long>(o.steps), static_cast<long long>(o.batch_size), static_cast<long long>(o.d_model),
+      static_cast<long long>(o.layers), static_cast<long long>(o.layers), static_cast<long long>(o.d_ff),
+      get_num_threads());
+  std::string md = fmt::format(
+      "| d_k (heads) | scale | attention entropy at init (nats) | Q/K projection grad norm (first {0} steps) | V/O "
+      "projection grad norm (first {0} steps) | Q/K ÷ V/O |\n|---|---|---|---|---|---|\n",
+      o.early_steps);
+  nlohmann::json rows = nlohmann::json::array(), runs = nlohmann::json::array();
+  for (int64_t dk : dks)
+    for (const std::string& scale : scales) {
+      std::vector<double> entropy, query_key, value_output, ratio;
+      for (int64_t seed = 1; seed <= o.seeds; ++seed) {
+        const EarlyRun r = train_early(o, task, scale, dk, seed);
+        std::printf("  [%s d_k %lld seed %lld] entropy at init %.2f, Q/K grad norm %.4f, V/O grad norm %.4f\n",
+                    scale.c_str(), static_cast<long long>(dk), static_cast<long long>(seed), r.entropy_at_init,
+                    r.query_key, r.value_output);
+        std::fflush(stdout);
+        entropy.push_back(r.entropy_at_init);
+        query_key.push_back(r.query_key);
+        value_output.push_back(r.value_output);
+        ratio.push_back(r.value_output > 0 ? r.query_key / r.value_output : 0.0);
+        runs.push_back({{"scale", scale},
+                        {"d_k", dk},
+                        {"seed", seed},
+                        {"entropy_at_init", r.entropy_at_init},
+                        {"query_key_grad_norm", r.query_key},
+                        {"value_output_grad_norm", r.value_output}});
+      }
+      md += fmt::format("| {} ({}) | {} | {} | {} | {} | {} |\n", dk, o.d_model / dk, scale,
+                        format_spread(spread(entropy), 2), format_spread(spread(query_key), 4),
+                        format_spread(spread(value_output), 4), format_spread(spread(ratio), 3));
+      rows.push_back({{"d_k", dk},
+                      {"heads", o.d_model / dk},
+                      {"scale", scale},
+                      {"entropy_at_init_mean", spread(entropy).mean},
+                      {"query_key_grad_norm_mean", spread(query_key).mean},
+                      {"query_key_grad_norm_sd", spread(query_key).sd},
+                      {"value_output_grad_norm_mean", spread(value_output).mean},
+                      {"value_output_grad_norm_sd", spread(value_output).sd}});
+    }
+  std::printf("\n%s", md.c_str());
+  std::ofstream(o.out_dir + "/early_gradients.md") << md;
+  io::save_json(o.out_dir + "/early_gradients.json",
+                {{"settings", settings(o, task)}, {"seeds", o.seeds}, {"rows", rows}, {"runs", runs}});
+  std::printf("\nwrote %s/early_gradients.md and early_gradients.json\n", o.out_dir.c_str());
+  return 0;
+}
+
 int run(const Options& o) {
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   std::vector<std::string> scales = split_list(o.scales);
@@ -256,8 +369,8 @@ int run(const Options& o) {
     dks.push_back(dk);
   }
   cli::check_usage(!dks.empty(), "--dks: give at least one head width");
-  const std::string runs_dir = o.out_dir + "/runs";
-  std::filesystem::create_directories(runs_dir);
+  cli::check_usage(!(o.early_only && o.table_only), "--early-only trains; it cannot be combined with --table-only");
+  std::filesystem::create_directories(o.out_dir);
 
   translate::CorpusOptions corpus;
   corpus.level = translate::parse_task_level(o.task);
@@ -266,7 +379,10 @@ int run(const Options& o) {
   corpus.validation_size = static_cast<int>(o.val_size);
   corpus.test_size = static_cast<int>(o.test_size);
   const translate::Task task = translate::make_task(corpus);
+  if (o.early_only) return run_early(o, task, scales, dks);
   const nlohmann::json setup = settings(o, task);
+  const std::string runs_dir = o.out_dir + "/runs";
+  std::filesystem::create_directories(runs_dir);
   std::printf(
       "scale ablation (%s budget) on the %s task: %zu scales x %zu head widths x %lld seeds; d_model %lld, %lld+%lld "
       "layers, d_ff %lld, %lld steps of %lld pairs, target validation loss %.2f, %d threads\n",
@@ -281,7 +397,8 @@ int run(const Options& o) {
     for (const std::string& scale : scales)
       for (int64_t seed = 1; seed <= o.seeds; ++seed) {
         const std::string path = fmt::format("{}/{}_dk{}_seed{}.json", runs_dir, scale, dk, seed);
-        if (o.resume && std::filesystem::exists(path)) {
+        const bool reuse = o.resume || o.table_only;
+        if (reuse && std::filesystem::exists(path)) {
           const nlohmann::json saved = io::load_json(path);
           HEED_CHECK(saved.is_object() && saved.contains("settings") && saved.contains("run"), "scale_ablation",
                      "{} is not a saved run (no settings and run)", path);
@@ -292,9 +409,11 @@ int run(const Options& o) {
                         static_cast<long long>(seed), path.c_str());
             continue;
           }
+          HEED_CHECK(!o.table_only, "scale_ablation", "--table-only: {} was saved with other settings", path);
           std::printf("  [%s d_k %lld seed %lld] %s has other settings: training again\n", scale.c_str(),
                       static_cast<long long>(dk), static_cast<long long>(seed), path.c_str());
         }
+        HEED_CHECK(!o.table_only, "scale_ablation", "--table-only: no saved run {}", path);
         const Run r = train_one(o, task, scale, dk, seed);
         io::save_json(path, {{"settings", setup}, {"run", to_json(r)}});
         std::printf("  [%s d_k %lld seed %lld] test BLEU %.2f, final validation loss %.4f, entropy %.2f (%.0f s)\n",
@@ -365,8 +484,8 @@ int run(const Options& o) {
       curves.push_back(std::move(curve));
     }
     report::svg::line_chart(fmt::format("{}/val_loss_dk{}.svg", o.out_dir, dk),
-                            fmt::format("validation loss, d_k = {} ({} heads): mean over {} seeds, min-max shaded", dk,
-                                        o.d_model / dk, o.seeds),
+                            fmt::format("validation loss, d_k = {} ({} head{}): mean over {} seeds, min-max shaded", dk,
+                                        o.d_model / dk, o.d_model / dk == 1 ? "" : "s", o.seeds),
                             curves, "training step", "validation loss", true);
   }
 
@@ -413,8 +532,8 @@ int main(int argc, char** argv) {
                       "Trains the translator with each attention scale at each head width d_k and several seeds "
                       "(seed 000 sec. 6) and tabulates mean and spread.");
   args.add_string("budget", &o.budget,
-                  "full (the README table: d_model 256, d_k 64/128/256, 3 seeds, 1500 steps of 64 pairs per run, "
-                  "about 10 minutes per run on 2 cores) or quick (a smoke run of seconds: tiny model and corpus); "
+                  "full (the README table: d_model 256, d_k 64/128/256, 3 seeds, 800 steps of 64 pairs per run, "
+                  "about 3.5 minutes per run on 2 cores) or quick (a smoke run of seconds: tiny model and corpus); "
                   "explicit flags override either",
                   {"quick", "full"});
   args.add_string("task", &o.task, "translation task level (translate --task)", {"quick", "hard"});
@@ -439,6 +558,12 @@ int main(int argc, char** argv) {
   args.add_int("threads", &o.threads, "threads (0: all cores)", 0, 1024);
   args.add_string("out-dir", &o.out_dir, "output directory (runs/ holds one JSON file per finished run)");
   args.add_flag("resume", &o.resume, "reuse the finished runs in OUT_DIR/runs whose settings match");
+  args.add_flag("table-only", &o.table_only,
+                "train nothing: build the table from the saved runs alone, and fail naming the first run that is "
+                "missing or was saved with other settings");
+  args.add_flag("early-only", &o.early_only,
+                "train every configuration for --early-steps steps only and tabulate the attention entropy at "
+                "initialisation and the early gradient norms of the Q/K and V/O projections (early_gradients.md)");
   return examples::parse_and_run(args, "scale_ablation", argc, argv, [&] {
     if (o.budget == "quick") apply_quick_budget(o, args);
     return run(o);
