@@ -393,12 +393,12 @@ int run(const Options& o) {
 
   std::vector<Run> runs;
   int reused = 0;
+  const bool reuse_saved = o.resume || o.table_only;  // --table-only reads saved runs and trains none
   for (int64_t dk : dks)
     for (const std::string& scale : scales)
       for (int64_t seed = 1; seed <= o.seeds; ++seed) {
         const std::string path = fmt::format("{}/{}_dk{}_seed{}.json", runs_dir, scale, dk, seed);
-        const bool reuse = o.resume || o.table_only;
-        if (reuse && std::filesystem::exists(path)) {
+        if (reuse_saved && std::filesystem::exists(path)) {
           const nlohmann::json saved = io::load_json(path);
           HEED_CHECK(saved.is_object() && saved.contains("settings") && saved.contains("run"), "scale_ablation",
                      "{} is not a saved run (no settings and run)", path);
