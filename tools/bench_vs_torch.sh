@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tools/bench_vs_torch.sh — heed against the PyTorch reference (../shared/bench/torch_ref.py,
-# Debian's python3-torch), side by side in one run, with both of OpenBLAS's kernel sets.
+# Debian's python3-torch), side by side in one run, with each of OpenBLAS's kernel sets that matter here.
 #
-# For each kernel set (the one OpenBLAS picks on this CPU, then the other: the fast set named by
-# heed's hint when the default is generic, or the generic Prescott set when the default is fast)
+# For each kernel set (the one OpenBLAS picks on this CPU, then the others: the fast set named by
+# heed's hint when the default is generic or AVX2 on an AVX-512 CPU, and the generic Prescott set)
 # and each case, heed-bench and torch_ref.py run alternately ROUNDS times with the same flags and
 # the same OPENBLAS_CORETYPE; the medians, the ratio PyTorch / heed (> 1: heed is faster) and
 # heed's whole-step FLOP rate against the sgemm ceiling measured in the same process go into a
@@ -56,7 +56,10 @@ cpu=$(echo "$info" | field cpu)
 blas=$(echo "$info" | field blas)
 if [ -z "${KERNEL_SETS:-}" ]; then
   case "$(echo "$default_core" | tr 'A-Z' 'a-z')" in
-    haswell | zen | skylakex | cooperlake | sapphirerapids) KERNEL_SETS="default Prescott" ;;
+    skylakex | cooperlake | sapphirerapids) KERNEL_SETS="default Prescott" ;;
+    haswell | zen)
+      # An AVX2 set: on an AVX-512 CPU (AMD Zen 4/5 under Debian 12's OpenBLAS) SkylakeX is faster.
+      if grep -q avx512f /proc/cpuinfo; then KERNEL_SETS="default SkylakeX Prescott"; else KERNEL_SETS="default Prescott"; fi ;;
     *)
       if grep -q avx512f /proc/cpuinfo; then KERNEL_SETS="default SkylakeX"
       elif grep -q AuthenticAMD /proc/cpuinfo; then KERNEL_SETS="default Zen"

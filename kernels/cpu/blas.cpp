@@ -1,9 +1,10 @@
 // kernels/cpu/blas.cpp — gemm on OpenBLAS (the OpenMP build, sharing heed's thread pool).
 //
-// On the first gemm, when OpenBLAS picked one of its generic (pre-AVX2) kernel sets on a CPU
-// with AVX2 or AVX-512 (Debian 12's OpenBLAS 0.3.21 does so on CPUs newer than itself), heed
-// measures what sgemm reaches and says once on stderr which OPENBLAS_CORETYPE selects the fast
-// kernels the library already contains. HEED_BLAS_WARNING=0 silences it.
+// On the first gemm, when OpenBLAS picked a kernel set narrower than the CPU's vector units
+// (Debian 12's OpenBLAS 0.3.21 picks its generic pre-AVX2 set on Intel CPUs newer than itself,
+// and its AVX2 Haswell set on AMD's AVX-512 Zen 4 and Zen 5), heed measures what sgemm reaches
+// and says once on stderr which OPENBLAS_CORETYPE selects the faster kernels the library
+// already contains. HEED_BLAS_WARNING=0 silences it.
 //
 // Invariants: operands are passed with transpose flags and leading dimensions, never
 // copied here. OpenBLAS itself always runs single-threaded (blas_call.h); heed parallelises
@@ -109,11 +110,20 @@ BlasLibrary blas_library() {
   return info;
 }
 
+bool is_avx2_core(const char* core) {
+  for (const char* set : {"haswell", "zen"})
+    if (strcasecmp(core, set) == 0) return true;
+  return false;
+}
+
 const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd) {
   if (!cpu_avx2 && !cpu_avx512) return "";
-  // OpenBLAS 0.3.21's kernel sets that use AVX2 (or AVX-512) FMA for sgemm.
-  for (const char* fast : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
-    if (strcasecmp(core, fast) == 0) return "";
+  // OpenBLAS 0.3.21's kernel sets with AVX-512 FMA for sgemm: nothing faster to advise.
+  for (const char* widest : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (strcasecmp(core, widest) == 0) return "";
+  // Its AVX2 sets are the fastest on an AVX2 CPU; on an AVX-512 CPU (0.3.21 picks Haswell on
+  // AMD's Zen 4 and Zen 5) the SkylakeX set is what newer OpenBLAS releases choose there.
+  if (is_avx2_core(core)) return cpu_avx512 ? "SkylakeX" : "";
   if (cpu_avx512) return "SkylakeX";
   return cpu_amd ? "Zen" : "Haswell";
 }
@@ -148,12 +158,14 @@ void warn_if_generic_kernels() {
                                             __builtin_cpu_is("amd"));
   if (!*hint) return;
   const double gflops = measure_sgemm_gflops(256, 3);
+  const bool avx2_set = is_avx2_core(lib.core);
   std::fprintf(stderr,
-               "heed: OpenBLAS runs its generic '%s' kernels on this CPU, which has %s: sgemm reaches %.0f GFLOP/s "
-               "here, typically 3-5x below what the library's %s kernels do. Start the program with "
-               "OPENBLAS_CORETYPE=%s to use them (HEED_BLAS_WARNING=0 silences this message; see the README, "
-               "\"Which BLAS kernels run\").\n",
-               lib.core, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2", gflops, hint, hint);
+               "heed: OpenBLAS runs its %s '%s' kernels on this CPU, which has %s: sgemm reaches %.0f GFLOP/s "
+               "here, %s what the library's %s kernels do. Start the program with OPENBLAS_CORETYPE=%s to use "
+               "them (HEED_BLAS_WARNING=0 silences this message; see the README, \"Which BLAS kernels run\").\n",
+               avx2_set ? "AVX2" : "generic", lib.core, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2", gflops,
+               avx2_set ? "up to 2x below (on CPUs with full-width AVX-512 units)" : "typically 3-5x below", hint,
+               hint);
 }
 }  // namespace
 

@@ -17,10 +17,13 @@ struct BlasLibrary {
   int parallel = 0;         // 0 sequential, 1 pthreads, 2 OpenMP
 };
 BlasLibrary blas_library();
-// The OPENBLAS_CORETYPE value that selects the fast kernels when `core` is one of OpenBLAS's
-// kernel sets without AVX2 on a CPU that has AVX2 or AVX-512 ("" when nothing is lost).
-// A pure function of its inputs (tests call it with any combination).
+// The OPENBLAS_CORETYPE value that selects faster kernels when `core` is one of OpenBLAS's
+// kernel sets without AVX2 on a CPU that has AVX2 or AVX-512, or an AVX2 set on a CPU with
+// AVX-512 ("" when nothing is lost). A pure function of its inputs (tests call it with any
+// combination).
 const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd);
+// Whether `core` is one of OpenBLAS's AVX2 kernel sets (Haswell, Zen; any case).
+bool is_avx2_core(const char* core);
 // sgemm GFLOP/s of one d x d x d product through the gemm kernel (best of `repeats`).
 double measure_sgemm_gflops(int64_t d, int repeats);
 

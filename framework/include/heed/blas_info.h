@@ -20,8 +20,11 @@ struct BlasInfo {
   int threads = 1;        // heed's thread count (each BLAS call runs on one of them, see blas.cpp)
   std::string cpu_model;  // /proc/cpuinfo "model name" ("" where unknown)
   bool cpu_avx2 = false, cpu_avx512 = false;
-  // The core is a generic kernel set while the CPU has AVX2 or AVX-512; then coretype_hint is
-  // the OPENBLAS_CORETYPE value that selects the fast kernels ("SkylakeX", "Haswell" or "Zen").
+  // coretype_hint is the OPENBLAS_CORETYPE value that selects faster kernels ("SkylakeX",
+  // "Haswell" or "Zen"), or "" when the core already uses the CPU's widest vector units. It is
+  // set when the core is a generic (pre-AVX2) set on an AVX2/AVX-512 CPU (generic_kernels is
+  // then true), or an AVX2 set (Haswell, Zen) on an AVX-512 CPU: Debian 12's OpenBLAS runs
+  // Haswell kernels on AMD's Zen 4/Zen 5, where SkylakeX's reach 2x the sgemm rate on Zen 5.
   bool generic_kernels = false;
   std::string coretype_hint;
 };
@@ -33,7 +36,8 @@ BlasInfo blas_info();
 double measure_sgemm_gflops(int64_t d = 1024, int repeats = 3);
 
 // The OPENBLAS_CORETYPE value that would replace OpenBLAS kernel set `core` on a CPU with these
-// features, or "" when `core` already uses AVX2/AVX-512 (or the CPU has neither).
+// features, or "" when `core` already uses the widest of AVX2/AVX-512 the CPU has (or it has
+// neither).
 std::string openblas_coretype_hint(const std::string& core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd);
 
 }  // namespace heed
