@@ -74,6 +74,31 @@ TEST_CASE("clip_grad_norm_ scales every gradient by max_norm / (total + 1e-6)") 
   }
 }
 
+TEST_CASE("clip_grad_norm_ over several 16384-element blocks with a ragged tail, any thread count") {
+  // The kernel sums each block in interleaved lanes: sizes that are not multiples of the lane
+  // count or the block, in float64 and float32, against the float64 reference; the result must
+  // not depend on the number of threads.
+  std::mt19937_64 rng(7);
+  const int saved_threads = get_num_threads();
+  for (DType dtype : {kFloat64, kFloat32}) {
+    for (double norm_type : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()}) {
+      INFO((dtype == kFloat64 ? "float64" : "float32") << ", norm_type " << norm_type);
+      Tensor a = param_with_grad({40003}, random_values(40003, rng, 1.5), dtype);
+      Tensor b = param_with_grad({5}, random_values(5, rng, 1.5), dtype);
+      const std::vector<std::vector<double>> exact = {a.grad().to_vector<double>(), b.grad().to_vector<double>()};
+      const double expected = reference_norm(exact, norm_type);
+      double by_threads[2] = {0.0, 0.0};
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        by_threads[threads - 1] = nn::clip_grad_norm_({a, b}, 1e30, norm_type);  // never clips
+      }
+      set_num_threads(saved_threads);
+      CHECK(by_threads[0] == doctest::Approx(expected).epsilon(1e-12));
+      CHECK(by_threads[0] == by_threads[1]);
+    }
+  }
+}
+
 TEST_CASE("clip_grad_norm_ leaves gradients below max_norm untouched") {
   Tensor a = param_with_grad({2}, {3.0, 4.0});  // norm 5
   const double total = nn::clip_grad_norm_({a}, 5.0);
