@@ -99,6 +99,30 @@ TEST_CASE("clip_grad_norm_ over several 16384-element blocks with a ragged tail,
   }
 }
 
+TEST_CASE("total_grad_norm: the norm clip_grad_norm_ would clip by, gradients untouched") {
+  std::mt19937_64 rng(11);
+  const std::vector<double> ga = random_values(300, rng, 1.0), gb = random_values(7, rng, 3.0);
+  Tensor a = param_with_grad({300}, ga), b = param_with_grad({7}, gb), none = zeros({4}, kFloat64);
+  none.requires_grad_();
+  for (double norm_type : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()}) {
+    INFO("norm_type " << norm_type);
+    CHECK(nn::total_grad_norm({a, none, b}, norm_type) ==
+          doctest::Approx(reference_norm({ga, gb}, norm_type)).epsilon(1e-13));
+  }
+  check_close(a.grad().to_vector<double>(), ga, 0.0);  // unchanged
+  // A gradient shared by two parameters counts once, as in clip_grad_norm_.
+  Tensor c = zeros({300}, kFloat64);
+  c.requires_grad_();
+  c.set_grad(a.grad());
+  CHECK(nn::total_grad_norm({a, c}) == doctest::Approx(reference_norm({ga}, 2.0)).epsilon(1e-13));
+  CHECK(nn::total_grad_norm({none}) == 0.0);
+  CHECK(nn::total_grad_norm(std::vector<Tensor>{}) == 0.0);
+  Tensor bad = param_with_grad({2}, {1.0, std::nan("")});
+  CHECK(std::isnan(nn::total_grad_norm({bad})));
+  CHECK(contains(error_message([&] { nn::total_grad_norm({a}, 0.0); }), "total_grad_norm"));
+  CHECK(contains(error_message([&] { nn::total_grad_norm({a, Tensor()}); }), "undefined"));
+}
+
 TEST_CASE("clip_grad_norm_ leaves gradients below max_norm untouched") {
   Tensor a = param_with_grad({2}, {3.0, 4.0});  // norm 5
   const double total = nn::clip_grad_norm_({a}, 5.0);

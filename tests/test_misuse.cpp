@@ -767,6 +767,21 @@ TEST_CASE("checkpoints: wrong kind, wrong model, missing state, garbage") {
   for (const std::string& path : {model_path, checkpoint_path, plain_path, bare_path}) std::filesystem::remove(path);
 }
 
+TEST_CASE("cli::parse_positive_list: integers from 1 to a maximum, or a usage error naming the flag") {
+  CHECK(cli::parse_positive_list("--dk", "16,64,256", 1024) == std::vector<int64_t>{16, 64, 256});
+  CHECK(cli::parse_positive_list("--dk", "7", 7) == std::vector<int64_t>{7});
+  for (const char* bad : {"", "4,", ",4", "4,,8", "x", "4x", "0", "-3", "8,2048", "99999999999999999999999"}) {
+    INFO("'" << bad << "'");
+    try {
+      (void)cli::parse_positive_list("--dk", bad, 1024);
+      FAIL_CHECK("no UsageError");
+    } catch (const cli::UsageError& e) {
+      CHECK(std::string(e.what()).find("--dk: '") != std::string::npos);
+      CHECK(std::string(e.what()).find("is not an integer from 1 to 1024") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("misc: threads, metrics, command-line parsing") {
   EXPECT_HEED_ERROR(set_num_threads(0), "heed::set_num_threads");
   EXPECT_HEED_ERROR(set_num_threads(-4), "heed::set_num_threads");

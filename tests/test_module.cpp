@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "layers_reference.h"
+#include "test_skip.h"
 
 using namespace heed;
 namespace ref = layers_reference;
@@ -323,4 +324,20 @@ TEST_CASE("assign_data replaces data in place and keeps requires_grad") {
   CHECK(ref::values(p) == Values{1, 2, 3});
   nn::assign_data(p, zeros({2}, kInt64));
   CHECK_FALSE(p.requires_grad());  // integer tensors cannot require grad
+}
+
+TEST_CASE("Module: device() is where every parameter and buffer lives") {
+  Block block;
+  CHECK(block.device() == kCPU);
+  nn::ModuleList empty;
+  expect_error([&] { (void)empty.device(); }, {"Module::device", "ModuleList", "no parameters or buffers"});
+}
+
+TEST_CASE("Module: device() names two tensors on different devices") {
+  if (!cuda::is_available()) return heed::test::skip("no CUDA device: " + cuda::unavailable_reason());
+  Block block;
+  block.linear->to(kCUDA);
+  expect_error([&] { (void)block.device(); }, {"Module::device", "Block", "'scale' on cpu", "on cuda:0"});
+  block.to(kCUDA);
+  CHECK(block.device() == kCUDA);
 }

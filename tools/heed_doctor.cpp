@@ -96,23 +96,7 @@ struct ProbeOptions {
 };
 
 int probe(const ProbeOptions& o) {
-  std::vector<int64_t> dks;
-  {
-    std::stringstream ss(o.dks);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      cli::check_usage(used == item.size() && v > 0 && v <= 1 << 16, "--dk expects positive integers, got '{}'", item);
-      dks.push_back(v);
-    }
-    cli::check_usage(!dks.empty(), "--dk is empty");
-  }
+  const std::vector<int64_t> dks = cli::parse_positive_list("--dk", o.dks, int64_t{1} << 16);
   const std::vector<doctor::ProbeRow> rows = doctor::probe(dks, o.queries, o.keys, static_cast<uint64_t>(o.seed));
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();

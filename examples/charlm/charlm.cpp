@@ -53,13 +53,10 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The device the model's parameters live on (inputs go there).
-Device device_of(const nn::TransformerLM& model) { return model.parameters().front().device(); }
-
 double estimate_loss(const nn::TransformerLM& model, const std::vector<int64_t>& data, int64_t batches, int64_t batch,
                      int64_t block) {
   NoGradGuard no_grad;
-  const Device device = device_of(model);
+  const Device device = model.device();
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = get_batch(data, batch, block);
@@ -89,7 +86,7 @@ std::string sample(const nn::TransformerLM& model, const Dataset& d, const std::
       caches = model.make_caches();
       pending.assign(context.end() - std::min<long>(static_cast<long>(context.size()), block / 2), context.end());
     }
-    const Tensor ids = from_vector(pending, {1, static_cast<int64_t>(pending.size())}).to(device_of(model));
+    const Tensor ids = from_vector(pending, {1, static_cast<int64_t>(pending.size())}).to(model.device());
     const Tensor logits = model.forward(ids, &caches);
     std::vector<float> last = logits.select(1, -1).squeeze(0).to(kCPU).to(kFloat32).to_vector<float>();
     // top-k, temperature, then sample with the default generator.

@@ -175,16 +175,13 @@ struct ProjectionGradientNorms {
   double query_key = 0, value_output = 0;
 };
 ProjectionGradientNorms projection_gradient_norms(const nn::Module& model) {
-  double query_key = 0, value_output = 0;
+  std::vector<Tensor> query_key, value_output;
   auto has = [](const std::string& name, const char* part) { return name.find(part) != std::string::npos; };
   for (const auto& [name, param] : model.named_parameters()) {
-    const bool qk = has(name, ".q_proj.") || has(name, ".k_proj.");
-    const bool vo = has(name, ".v_proj.") || has(name, ".out_proj.");
-    if ((!qk && !vo) || !param.grad().defined()) continue;
-    const double squares = sum(param.grad().detach().to(kFloat64).pow(2.0)).item<double>();
-    (qk ? query_key : value_output) += squares;
+    if (has(name, ".q_proj.") || has(name, ".k_proj.")) query_key.push_back(param);
+    if (has(name, ".v_proj.") || has(name, ".out_proj.")) value_output.push_back(param);
   }
-  return {std::sqrt(query_key), std::sqrt(value_output)};
+  return {nn::total_grad_norm(query_key), nn::total_grad_norm(value_output)};
 }
 
 std::shared_ptr<nn::Transformer> build_ablation_model(const Options& o, const translate::Task& task,
@@ -360,15 +357,9 @@ int run(const Options& o) {
       throw cli::UsageError(fmt::format("--scales: {}", e.what()));
     }
   }
-  std::vector<int64_t> dks;
-  for (const std::string& item : split_list(o.dks)) {
-    char* end = nullptr;
-    const long long dk = std::strtoll(item.c_str(), &end, 10);
-    cli::check_usage(end && *end == '\0' && dk > 0, "--dks: '{}' is not a positive integer", item);
+  const std::vector<int64_t> dks = cli::parse_positive_list("--dks", o.dks, o.d_model);
+  for (int64_t dk : dks)
     cli::check_usage(o.d_model % dk == 0, "--dks: d_k {} does not divide --d-model {}", dk, o.d_model);
-    dks.push_back(dk);
-  }
-  cli::check_usage(!dks.empty(), "--dks: give at least one head width");
   cli::check_usage(!(o.early_only && o.table_only), "--early-only trains; it cannot be combined with --table-only");
   std::filesystem::create_directories(o.out_dir);
 

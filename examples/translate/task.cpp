@@ -189,10 +189,8 @@ Batch random_batch(const Task& task, int64_t size, Generator& generator) {
   return make_batch(task.corpus.train, rows, task.source, task.target);
 }
 
-Device device_of(const nn::Transformer& model) { return model.parameters().front().device(); }
-
 Tensor batch_loss(const nn::Transformer& model, const Batch& batch, double label_smoothing) {
-  const Device device = device_of(model);                                        // batches are built on the CPU
+  const Device device = model.device();                                          // batches are built on the CPU
   Tensor logits = model.forward(batch.src.to(device), batch.tgt_in.to(device));  // (B,T,V)
   return F::cross_entropy(logits, batch.tgt_out.to(device), {.ignore_index = kPad, .label_smoothing = label_smoothing});
 }
@@ -302,7 +300,7 @@ std::vector<std::vector<std::string>> translate_batch(const nn::Transformer& mod
   for (int64_t b = 0; b < B; ++b)
     for (int64_t k = 0; k < K; ++k)
       std::copy(ids[b].begin(), ids[b].end(), flat.begin() + static_cast<long>(static_cast<size_t>(b * K + k) * S));
-  const Tensor src = from_vector(flat, {B * K, static_cast<int64_t>(S)}).to(device_of(model));
+  const Tensor src = from_vector(flat, {B * K, static_cast<int64_t>(S)}).to(model.device());
   const Tensor memory = model.encode(src);
   std::vector<nn::DecoderLayerCache> caches = model.make_caches();
   const int64_t max_len = std::min<int64_t>(options.max_len, model.options().max_len - 1);

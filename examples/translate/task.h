@@ -86,8 +86,6 @@ Batch make_batch(const std::vector<Pair>& pairs, const std::vector<size_t>& rows
 Batch random_batch(const Task& task, int64_t size);
 Batch random_batch(const Task& task, int64_t size, heed::Generator& generator);
 
-// The device the model's parameters live on (batches are built on the CPU and moved there).
-heed::Device device_of(const heed::nn::Transformer& model);
 // Token-level cross entropy of a batch (label smoothing as given), on the model's device.
 heed::Tensor batch_loss(const heed::nn::Transformer& model, const Batch& batch, double label_smoothing);
 // Mean loss over a whole split (no smoothing, eval mode restored by the caller).

@@ -62,7 +62,7 @@ void attention_pictures(nn::Transformer& model, const translate::Task& task, con
   auto layer = model.decoder->layer(model.decoder->size() - 1);
   layer->cross_attn->set_record_weights(true);
   const translate::Batch b = translate::make_batch({pair}, {0}, task.source, task.target);
-  const Device device = translate::device_of(model);
+  const Device device = model.device();
   model.forward(b.src.to(device), b.tgt_in.to(device));
   const Tensor w = layer->cross_attn->last_weights().to(kCPU);  // (1,H,T,S)
   layer->cross_attn->set_record_weights(false);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 
+#include "heed/clip.h"
 #include "heed/ops.h"
 
 namespace heed::diagnostics {
@@ -108,21 +109,9 @@ std::vector<AttentionMonitor::LayerStats> AttentionMonitor::attention_stats() co
   return out;
 }
 
-namespace {
-double grad_norm(const std::vector<Tensor>& params) {
-  double total = 0;
-  for (const Tensor& p : params) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    total += sum(g.detach().to(kFloat64).pow(2.0)).item<double>();
-  }
-  return std::sqrt(total);
-}
-}  // namespace
-
 std::vector<std::pair<std::string, double>> AttentionMonitor::attention_gradient_norms() const {
   std::vector<std::pair<std::string, double>> out;
-  for (const auto& [name, m] : modules_) out.emplace_back(name, grad_norm(m->parameters()));
+  for (const auto& [name, m] : modules_) out.emplace_back(name, nn::total_grad_norm(m->parameters()));
   return out;
 }
 

@@ -119,6 +119,18 @@ void Module::to(Device device) {
   for (auto& [name, child] : children_) child->to(device);
 }
 
+Device Module::device() const {
+  NamedTensors tensors = named_parameters();
+  for (auto& named : named_buffers()) tensors.push_back(std::move(named));
+  HEED_CHECK(!tensors.empty(), "Module::device", "{} has no parameters or buffers, so it is on no device", type_name_);
+  const auto& [first_name, first] = tensors.front();
+  for (const auto& [name, t] : tensors)
+    HEED_CHECK(t.device() == first.device(), "Module::device",
+               "{} has tensors on two devices: '{}' on {} and '{}' on {}; move the whole module with to(device)",
+               type_name_, first_name, first.device().str(), name, t.device().str());
+  return first.device();
+}
+
 void Module::to(DType dtype) {
   HEED_CHECK(is_floating(dtype), "Module::to", "modules convert to floating dtypes only, got {}", dtype_name(dtype));
   NoGradGuard no_grad;

@@ -1,6 +1,7 @@
 // support/src/cli.cpp — strict command-line parsing (see heed/cli.h).
 #include "heed/cli.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -196,6 +197,23 @@ int run_guarded(const std::string& program, const std::function<int()>& body) {
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
   }
   return 1;
+}
+
+std::vector<int64_t> parse_positive_list(const std::string& flag, const std::string& text, int64_t max_value) {
+  std::vector<int64_t> values;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long long value = item.empty() ? 0 : std::strtoll(item.c_str(), &end, 10);
+    check_usage(!item.empty() && end && *end == '\0' && errno == 0 && value >= 1 && value <= max_value,
+                "{}: '{}' is not an integer from 1 to {}", flag, item, max_value);
+    values.push_back(value);
+    start = comma + 1;
+  }
+  return values;
 }
 
 }  // namespace heed::cli

@@ -29,13 +29,9 @@ std::vector<Tensor> gradients_of(const std::vector<Tensor>& params, const char* 
   return grads;
 }
 
-}  // namespace
-
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
-  constexpr const char* kOp = "clip_grad_norm_";
-  HEED_CHECK(max_norm >= 0.0, kOp, "max_norm must be >= 0, got {}", max_norm);
-  HEED_CHECK(norm_type > 0.0, kOp, "norm_type must be > 0 or INFINITY, got {}", norm_type);
-  const std::vector<Tensor> grads = gradients_of(params, kOp);
+// The global norm of `grads` (distinct, defined) on their devices, for the op named `op`.
+double norm_of(const std::vector<Tensor>& grads, double norm_type, const char* op) {
+  HEED_CHECK(norm_type > 0.0, op, "norm_type must be > 0 or INFINITY, got {}", norm_type);
   NoGradGuard no_grad;
   const bool max_norm_type = std::isinf(norm_type);
   // One global_norm kernel call per device (one host synchronisation per device, not per
@@ -49,7 +45,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     std::vector<kernels::NormInput> inputs;
     for (const Tensor& grad : grads) {
       if (grad.device() != device || grad.numel() == 0) continue;
-      HEED_CHECK(is_floating(grad.dtype()), kOp, "gradient of dtype {} (shape {}) is not floating-point",
+      HEED_CHECK(is_floating(grad.dtype()), op, "gradient of dtype {} (shape {}) is not floating-point",
                  dtype_name(grad.dtype()), shape_str(grad.shape()));
       keep_alive.push_back(grad.detach().contiguous());
       inputs.push_back({keep_alive.back().raw_data(), grad.dtype(), grad.numel()});
@@ -64,6 +60,22 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     else if (norm_type != 1.0)
       total = std::pow(total, 1.0 / norm_type);
   }
+  return total;
+}
+
+}  // namespace
+
+double total_grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  constexpr const char* kOp = "total_grad_norm";
+  return norm_of(gradients_of(params, kOp), norm_type, kOp);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+  constexpr const char* kOp = "clip_grad_norm_";
+  HEED_CHECK(max_norm >= 0.0, kOp, "max_norm must be >= 0, got {}", max_norm);
+  const std::vector<Tensor> grads = gradients_of(params, kOp);
+  const double total = norm_of(grads, norm_type, kOp);
+  NoGradGuard no_grad;
   if (!std::isfinite(total)) {
     HEED_CHECK(!error_if_nonfinite, kOp,
                "the total norm of order {} of the gradients of {} parameters is non-finite ({}), "

@@ -71,6 +71,10 @@ void check_usage(bool ok, fmt::format_string<Args...> format, Args&&... args) {
   if (!ok) throw UsageError(fmt::format(format, std::forward<Args>(args)...));
 }
 
+// Parses a comma-separated list of integers in [1, max_value] ("16,64,256") given to `flag`;
+// an empty list, an empty item or anything else is a UsageError naming the flag and the item.
+std::vector<int64_t> parse_positive_list(const std::string& flag, const std::string& text, int64_t max_value);
+
 // Runs `body` and maps outcomes to exit statuses: UsageError prints "<program>: <message>"
 // and gives 2; other heed::Error and std::exception print "<program>: error: <message>" and
 // give 1.

@@ -44,6 +44,9 @@ class Module {
 
   // Moves parameters and persistent/non-persistent buffers; to(dtype) converts floating ones.
   void to(Device device);
+  // The device of every parameter and buffer (to(Device) keeps them together); heed::Error
+  // when the module has none, or when two of them are on different devices (naming both).
+  Device device() const;
   void to(DType dtype);
   void zero_grad();
 
