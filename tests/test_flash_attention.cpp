@@ -1,12 +1,19 @@
 // tests/test_flash_attention.cpp — the fused flash-style attention kernel against the composed
 // reference path (forward, gradients, every mask kind, dropout, odd sizes that are not
-// multiples of the block size), float64 gradient checks, and its O(T) memory.
+// multiples of the block size; float32 with the tile products through BLAS and in registers),
+// float64 gradient checks, its O(T) memory, and the register tile product (tile_gemm) against
+// a float64 product.
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/tile_gemm.h"
 
 using namespace heed;
 
@@ -86,8 +93,75 @@ TEST_CASE("flash attention matches the composed path in float64") {
   for (const Case& c : cases()) compare(c, kFloat64, 1e-12);
 }
 
-TEST_CASE("flash attention matches the composed path in float32") {
-  for (const Case& c : cases()) compare(c, kFloat32, 2e-5);
+TEST_CASE("flash attention matches the composed path in float32, tile products through BLAS and in registers") {
+  using kernels::cpu::TileProducts;
+  std::vector<Case> all = cases();
+  F::AttentionMask causal;
+  causal.causal = true;
+  all.push_back({"causal, head dim 64 (full 4 x 16 register blocks)", 1, 2, 130, 130, 64, 64, causal, 0.0});
+  all.push_back({"no mask, head dims 32 and 40", 2, 2, 64, 70, 32, 40, F::AttentionMask{}, 0.0});
+  for (TileProducts products : {TileProducts::Blas, TileProducts::Registers}) {
+    CAPTURE(products == TileProducts::Blas ? "BLAS" : "registers");
+    kernels::cpu::set_flash_attention_tile_products(products);
+    CHECK(kernels::cpu::flash_attention_tile_products() == products);
+    for (const Case& c : all) compare(c, kFloat32, 2e-5);
+  }
+  kernels::cpu::set_flash_attention_tile_products(TileProducts::Auto);
+  // Auto: registers exactly when OpenBLAS runs a generic (pre-AVX2) kernel set.
+  const std::string core = blas_info().core;
+  const bool generic = !kernels::cpu::is_avx2_core(core.c_str()) && !kernels::cpu::is_avx512_core(core.c_str());
+#if defined(__AVX2__) && defined(__FMA__)
+  CHECK((kernels::cpu::flash_attention_tile_products() == TileProducts::Registers) == generic);
+#else
+  CHECK(kernels::cpu::flash_attention_tile_products() == TileProducts::Blas);
+#endif
+}
+
+TEST_CASE("tile_gemm: C = alpha A B + beta C against a float64 product, A or A^T, ragged sizes") {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t m : {1, 3, 4, 5, 9, 64})
+    for (int64_t n : {1, 7, 8, 16, 23, 40, 64})
+      for (int64_t k : {1, 5, 32, 64})
+        for (bool trans_a : {false, true})
+          for (float beta : {0.0f, 1.0f}) {
+            CAPTURE(m);
+            CAPTURE(n);
+            CAPTURE(k);
+            CAPTURE(trans_a);
+            CAPTURE(beta);
+            // A stored m x k (lda = k + 3) or k x m (lda = m + 2); B k x n with ldb = n + 5;
+            // C m x n with ldc = n + 1, its padding and (beta = 0) its contents NaN.
+            const int64_t lda = trans_a ? m + 2 : k + 3, ldb = n + 5, ldc = n + 1;
+            std::vector<float> a(static_cast<size_t>((trans_a ? k : m) * lda)), b(static_cast<size_t>(k * ldb));
+            std::vector<float> c(static_cast<size_t>(m * ldc), nan);
+            for (float& x : a) x = normal(rng);
+            for (float& x : b) x = normal(rng);
+            if (beta != 0.0f)
+              for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) c[static_cast<size_t>(i * ldc + j)] = normal(rng);
+            const std::vector<float> c_before = c;
+            const float alpha = 0.125f;
+            const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
+            kernels::cpu::tile_gemm(m, n, k, alpha, a.data(), a_row, a_col, b.data(), ldb, beta, c.data(), ldc);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                double exact = 0, magnitude = 0;
+                for (int64_t p = 0; p < k; ++p) {
+                  const double term = static_cast<double>(a[static_cast<size_t>(i * a_row + p * a_col)]) *
+                                      static_cast<double>(b[static_cast<size_t>(p * ldb + j)]);
+                  exact += term;
+                  magnitude += std::abs(term);
+                }
+                const size_t at = static_cast<size_t>(i * ldc + j);
+                const double before = beta == 0.0f ? 0.0 : static_cast<double>(c_before[at]);
+                const double expected = alpha * exact + beta * before;
+                CHECK(std::abs(static_cast<double>(c[at]) - expected) <= 1e-6 * (alpha * magnitude + std::abs(before)));
+              }
+              CHECK(std::isnan(c[static_cast<size_t>(i * ldc + n)]));  // padding untouched
+            }
+          }
 }
 
 TEST_CASE("flash attention on 16-bit inputs computes in float32") {

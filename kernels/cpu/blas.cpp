@@ -116,11 +116,16 @@ bool is_avx2_core(const char* core) {
   return false;
 }
 
+bool is_avx512_core(const char* core) {
+  for (const char* set : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (strcasecmp(core, set) == 0) return true;
+  return false;
+}
+
 const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd) {
   if (!cpu_avx2 && !cpu_avx512) return "";
   // OpenBLAS 0.3.21's kernel sets with AVX-512 FMA for sgemm: nothing faster to advise.
-  for (const char* widest : {"skylakex", "cooperlake", "sapphirerapids"})
-    if (strcasecmp(core, widest) == 0) return "";
+  if (is_avx512_core(core)) return "";
   // Its AVX2 sets are the fastest on an AVX2 CPU; on an AVX-512 CPU (0.3.21 picks Haswell on
   // AMD's Zen 4 and Zen 5) the SkylakeX set is what newer OpenBLAS releases choose there.
   if (is_avx2_core(core)) return cpu_avx512 ? "SkylakeX" : "";

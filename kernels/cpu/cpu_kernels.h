@@ -22,8 +22,18 @@ BlasLibrary blas_library();
 // AVX-512 ("" when nothing is lost). A pure function of its inputs (tests call it with any
 // combination).
 const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd);
-// Whether `core` is one of OpenBLAS's AVX2 kernel sets (Haswell, Zen; any case).
+// Whether `core` is one of OpenBLAS's AVX2 kernel sets (Haswell, Zen) or AVX-512 sets
+// (SkylakeX, Cooperlake, SapphireRapids), any case; every other set is a generic one.
 bool is_avx2_core(const char* core);
+bool is_avx512_core(const char* core);
+
+// How flash attention computes the float32 products inside its tiles: Auto (the default)
+// uses heed's AVX2 register kernel (tile_gemm.h) when OpenBLAS runs a generic kernel set and
+// BLAS otherwise; Registers and Blas force one (for tests and measurements).
+enum class TileProducts { Auto, Registers, Blas };
+void set_flash_attention_tile_products(TileProducts choice);
+// The choice in effect (Auto resolved).
+TileProducts flash_attention_tile_products();
 // sgemm GFLOP/s of one d x d x d product through the gemm kernel (best of `repeats`).
 double measure_sgemm_gflops(int64_t d, int repeats);
 

@@ -1,8 +1,10 @@
 // kernels/cpu/flash_attention.cpp — flash-style scaled dot-product attention on the CPU.
 //
 // Forward: for each (batch, head, block of kBlockQ queries), an online softmax over blocks of
-// kBlockK keys: S = scale * Q K^T (BLAS), masks, running max m and sum l, acc = acc * e^(m_old -
-// m) + P V. Only lse = m + log l per row is stored for backward, never the T x S matrix.
+// kBlockK keys: S = scale * Q K^T, masks, running max m and sum l, acc = acc * e^(m_old - m)
+// + P V. Only lse = m + log l per row is stored for backward, never the T x S matrix.
+// The float32 tile products run through BLAS, or in registers (tile_gemm.h) when OpenBLAS runs
+// its generic kernels (flash_attention_tile_products); float64 always through BLAS.
 // Backward recomputes P = exp(S - lse) block by block: dV += P^T dO, dP = dO V^T,
 // dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q.
 // Invariants:
@@ -14,12 +16,15 @@
 //    fewer, one pass per key block (dK, dV) and one per query block (dQ).
 //  * Dropout masks come from philox_uniform at the element's (b, h, i, j) index, so the
 //    composed path with F::dropout draws the same mask.
+#include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "blas_call.h"
 #include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "heed/philox.h"
+#include "tile_gemm.h"
 #include "vec_math.h"
 
 namespace heed::kernels::cpu {
@@ -30,9 +35,26 @@ constexpr int64_t kBlockQ = 64;
 constexpr int64_t kBlockK = 64;
 constexpr int64_t kSinglePassHeads = 8;
 
+std::atomic<int> tile_products_setting{static_cast<int>(TileProducts::Auto)};
+
+// One tile product, BLAS conventions (row-major, op(A) m x k, op(B) k x n). With register
+// tiles (float32), A or A^T is read through its strides and B^T (a key or value block, at most
+// 64 x head_dim) is first transposed into a per-thread scratch buffer; float64 (the reference
+// precision) always goes to BLAS.
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm(bool registers, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (registers) {
+      const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
+      if (!trans_b) return tile_gemm(m, n, k, alpha, a, a_row, a_col, b, ldb, beta, c, ldc);
+      thread_local std::vector<float> b_transposed;
+      b_transposed.resize(static_cast<size_t>(k * n));
+      for (int64_t j = 0; j < n; ++j)  // op(B)(p, j) = b[j * ldb + p]
+        for (int64_t p = 0; p < k; ++p) b_transposed[static_cast<size_t>(p * n + j)] = b[j * ldb + p];
+      return tile_gemm(m, n, k, alpha, a, a_row, a_col, b_transposed.data(), n, beta, c, ldc);
+    }
+  }
   blas_gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -46,6 +68,7 @@ struct Problem {
   const FlashAttentionArgs& a;
   int64_t B, H, T_, S, D, Dv, shift;  // shift = S - T: query i sits at key position i + shift
   bool has_keep, has_additive;
+  bool registers;  // float32 tile products in registers (tile_gemm.h) rather than BLAS
   AttentionLayout q, k, v, o, go, gq, gk, gv;
   explicit Problem(const FlashAttentionArgs& args)
       : a(args),
@@ -58,6 +81,7 @@ struct Problem {
         shift(args.keys - args.queries),
         has_keep(args.keep.data != nullptr),
         has_additive(args.additive.data != nullptr),
+        registers(flash_attention_tile_products() == TileProducts::Registers),
         q(resolve(args.q_layout, T_, D)),
         k(resolve(args.k_layout, S, D)),
         v(resolve(args.v_layout, S, Dv)),
@@ -160,8 +184,8 @@ void forward_typed(const FlashAttentionArgs& args) {
       pr.key_range(b, i0, i1, &lo, &hi);
       for (int64_t j0 = lo - lo % kBlockK; j0 < hi; j0 += kBlockK) {
         const int64_t j1 = std::min(hi, j0 + kBlockK), cols = j1 - j0;
-        gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.q.seq, k + j0 * pr.k.seq, pr.k.seq, T(0), s_tile.data(),
-                kBlockK);
+        gemm<T>(pr.registers, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k + j0 * pr.k.seq, pr.k.seq, T(0),
+                s_tile.data(), kBlockK);
         if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
         for (int64_t r = 0; r < rows; ++r) {
           T* srow = s_tile.data() + r * kBlockK;
@@ -189,8 +213,8 @@ void forward_typed(const FlashAttentionArgs& args) {
           pr.dropout_tile(p_drop.data(), kBlockK, b, h, i0, i1, j0, j1);
           p = p_drop.data();
         }
-        gemm<T>(false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1), acc.data(),
-                pr.Dv);
+        gemm<T>(pr.registers, false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1),
+                acc.data(), pr.Dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* orow = O + Problem<T>::at(pr.o, b, h, i0 + r);
@@ -229,7 +253,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   const T* v = t.V + Problem<T>::at(pr.v, b, h, j0);
   const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
   // P = exp(scale q k^T (+ masks) - lse)
-  gemm<T>(false, true, rows, cols, pr.D, scale, q, pr.q.seq, k, pr.k.seq, T(0), s.p.data(), kBlockK);
+  gemm<T>(pr.registers, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k, pr.k.seq, T(0), s.p.data(), kBlockK);
   if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (int64_t r = 0; r < rows; ++r) {
     T* prow = s.p.data() + r * kBlockK;
@@ -246,9 +270,10 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     pr.dropout_tile(s.pd.data(), kBlockK, b, h, i0, i1, j0, j1);
     p_used = s.pd.data();
   }
-  if (dv) gemm<T>(true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.go.seq, T(1), dv, pr.gv.seq);
+  if (dv)
+    gemm<T>(pr.registers, true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.go.seq, T(1), dv, pr.gv.seq);
   // dP = dO v^T (times the dropout mask), dS = P (dP - delta)
-  gemm<T>(false, true, rows, cols, pr.Dv, T(1), dout, pr.go.seq, v, pr.v.seq, T(0), s.dp.data(), kBlockK);
+  gemm<T>(pr.registers, false, true, rows, cols, pr.Dv, T(1), dout, pr.go.seq, v, pr.v.seq, T(0), s.dp.data(), kBlockK);
   if (dropout) pr.dropout_tile(s.dp.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (int64_t r = 0; r < rows; ++r) {
     const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
@@ -256,8 +281,11 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     const T* prow = s.p.data() + r * kBlockK;
     for (int64_t c = 0; c < cols; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
   }
-  if (dq) gemm<T>(false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.k.seq, T(1), dq, pr.gq.seq);
-  if (dk) gemm<T>(true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.q.seq, T(1), dk, pr.gk.seq);
+  if (dq)
+    gemm<T>(pr.registers, false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.k.seq, T(1), dq,
+            pr.gq.seq);
+  if (dk)
+    gemm<T>(pr.registers, true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.q.seq, T(1), dk, pr.gk.seq);
 }
 
 template <typename T>
@@ -355,6 +383,24 @@ void backward_typed(const FlashAttentionArgs& args) {
 }
 
 }  // namespace
+
+void set_flash_attention_tile_products(TileProducts choice) { tile_products_setting = static_cast<int>(choice); }
+
+TileProducts flash_attention_tile_products() {
+  const auto choice = static_cast<TileProducts>(tile_products_setting.load());
+  if (choice != TileProducts::Auto) return choice;
+#if HEED_HAVE_AVX2
+  // OpenBLAS's generic kernels run these small products at about half the register kernel's
+  // speed; its AVX2 sets match it and its AVX-512 sets beat it (README, Performance).
+  static const bool generic_blas = [] {
+    const BlasLibrary lib = blas_library();
+    return !is_avx2_core(lib.core) && !is_avx512_core(lib.core);
+  }();
+  return generic_blas ? TileProducts::Registers : TileProducts::Blas;
+#else
+  return TileProducts::Blas;
+#endif
+}
 
 void flash_attention_forward(const FlashAttentionArgs& args) {
   if (args.dtype == kFloat32) return forward_typed<float>(args);

@@ -1,0 +1,144 @@
+// kernels/cpu/tile_gemm.h — the float32 products inside one flash-attention tile (at most 64 x 64
+// x head_dim), computed in registers with AVX2 instead of through BLAS.
+//
+// Why: OpenBLAS picks its kernels for the whole library at load time, and on CPUs it does not
+// know (Debian 12's 0.3.21 on a recent Xeon) those are its generic SSE3 kernels, which run
+// these small products at a fraction of what the CPU can do. The attention tiles need only
+// C (m x n) = alpha * A B + beta * C with A read through two strides (so A or A^T comes without
+// a copy) and B row-major with unit column stride (B^T is transposed into a scratch buffer by
+// the caller, see flash_attention.cpp), which a small register-blocked kernel does at the
+// speed of the fast BLAS kernels (measured side by side in the README).
+//
+// Invariants: every C element is one float accumulator, fed p = 0, 1, ..., k-1 in order with
+// fused multiply-adds, then alpha * acc (+ beta * C); the vector and scalar paths evaluate that
+// same sequence, so the result does not depend on where an element sits in the tile or on the
+// thread that computes it. beta == 0 never reads C (it may hold garbage or NaN, as BLAS allows).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "vec_math.h"
+
+namespace heed::kernels::cpu {
+
+namespace tile_detail {
+
+// Scalar path for any block: the same accumulation order as the vector kernels.
+inline void scalar_block(int64_t rows, int64_t cols, int64_t k, float alpha, const float* a, int64_t a_row,
+                         int64_t a_col, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p) acc = std::fma(a[i * a_row + p * a_col], b[p * ldb + j], acc);
+      float* out = c + i * ldc + j;
+      *out = beta == 0.0f ? alpha * acc : std::fma(beta, *out, alpha * acc);
+    }
+}
+
+#if HEED_HAVE_AVX2
+// Stores one accumulator as alpha * acc (+ beta * out).
+inline void store_scaled(float* out, __m256 acc, float alpha, float beta) {
+  const __m256 scaled = _mm256_mul_ps(_mm256_set1_ps(alpha), acc);
+  _mm256_storeu_ps(out, beta == 0.0f ? scaled : _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(out), scaled));
+}
+
+// 4 rows x 16 columns of C in 8 named accumulators (an array of them would live on the stack).
+inline void block_4x16(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
+                       int64_t ldb, float beta, float* c, int64_t ldc) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  const float *a0 = a, *a1 = a + a_row, *a2 = a + 2 * a_row, *a3 = a + 3 * a_row;
+  for (int64_t p = 0; p < k; ++p, b += ldb) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    const int64_t at = p * a_col;
+    __m256 x = _mm256_broadcast_ss(a0 + at);
+    c00 = _mm256_fmadd_ps(x, b0, c00);
+    c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a1 + at);
+    c10 = _mm256_fmadd_ps(x, b0, c10);
+    c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a2 + at);
+    c20 = _mm256_fmadd_ps(x, b0, c20);
+    c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a3 + at);
+    c30 = _mm256_fmadd_ps(x, b0, c30);
+    c31 = _mm256_fmadd_ps(x, b1, c31);
+  }
+  store_scaled(c, c00, alpha, beta);
+  store_scaled(c + 8, c01, alpha, beta);
+  store_scaled(c + ldc, c10, alpha, beta);
+  store_scaled(c + ldc + 8, c11, alpha, beta);
+  store_scaled(c + 2 * ldc, c20, alpha, beta);
+  store_scaled(c + 2 * ldc + 8, c21, alpha, beta);
+  store_scaled(c + 3 * ldc, c30, alpha, beta);
+  store_scaled(c + 3 * ldc + 8, c31, alpha, beta);
+}
+
+// 1 row x 16 columns (the rows left below a multiple of 4).
+inline void block_1x16(int64_t k, float alpha, const float* a, int64_t a_col, const float* b, int64_t ldb, float beta,
+                       float* c) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0;
+  for (int64_t p = 0; p < k; ++p, b += ldb) {
+    const __m256 x = _mm256_broadcast_ss(a + p * a_col);
+    c0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b), c0);
+    c1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 8), c1);
+  }
+  store_scaled(c, c0, alpha, beta);
+  store_scaled(c + 8, c1, alpha, beta);
+}
+
+// 4 rows x 8 columns.
+inline void block_4x8(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+                      float beta, float* c, int64_t ldc) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  const float *a0 = a, *a1 = a + a_row, *a2 = a + 2 * a_row, *a3 = a + 3 * a_row;
+  for (int64_t p = 0; p < k; ++p, b += ldb) {
+    const __m256 b0 = _mm256_loadu_ps(b);
+    const int64_t at = p * a_col;
+    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + at), b0, c0);
+    c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + at), b0, c1);
+    c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + at), b0, c2);
+    c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + at), b0, c3);
+  }
+  store_scaled(c, c0, alpha, beta);
+  store_scaled(c + ldc, c1, alpha, beta);
+  store_scaled(c + 2 * ldc, c2, alpha, beta);
+  store_scaled(c + 3 * ldc, c3, alpha, beta);
+}
+
+// 1 row x 8 columns.
+inline void block_1x8(int64_t k, float alpha, const float* a, int64_t a_col, const float* b, int64_t ldb, float beta,
+                      float* c) {
+  __m256 c0 = _mm256_setzero_ps();
+  for (int64_t p = 0; p < k; ++p, b += ldb)
+    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + p * a_col), _mm256_loadu_ps(b), c0);
+  store_scaled(c, c0, alpha, beta);
+}
+#endif
+
+}  // namespace tile_detail
+
+// C (m x n, row stride ldc) = alpha * A B + beta * C, where A(i, p) = a[i * a_row + p * a_col]
+// and B(p, j) = b[p * ldb + j].
+inline void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  int64_t j = 0;
+#if HEED_HAVE_AVX2
+  using namespace tile_detail;
+  for (; j + 16 <= n; j += 16) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4)
+      block_4x16(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
+    for (; i < m; ++i) block_1x16(k, alpha, a + i * a_row, a_col, b + j, ldb, beta, c + i * ldc + j);
+  }
+  for (; j + 8 <= n; j += 8) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) block_4x8(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
+    for (; i < m; ++i) block_1x8(k, alpha, a + i * a_row, a_col, b + j, ldb, beta, c + i * ldc + j);
+  }
+#endif
+  if (j < n) tile_detail::scalar_block(m, n - j, k, alpha, a, a_row, a_col, b + j, ldb, beta, c + j, ldc);
+}
+
+}  // namespace heed::kernels::cpu
