@@ -71,6 +71,16 @@ status=${PIPESTATUS[0]}
   exit 1
 }
 
+# nn::Module::device() with tensors on two devices (needs a device, so the release suite skips it).
+OMP_NUM_THREADS=2 "$build_dir/tests/heed_tests" --source-file='*test_module.cpp' \
+  --test-case='Module: device() names two tensors*' --no-intro=true | tee "$build_dir/test_module_cuda.log"
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] && ! grep -q "SKIPPED" "$build_dir/test_module_cuda.log" &&
+  grep -qE "test cases: *1 \| *1 passed" "$build_dir/test_module_cuda.log" || {
+  echo "ci_cuda_emulation: the mixed-device Module::device() case failed, skipped or did not run (exit $status)" >&2
+  exit 1
+}
+
 # Mixed precision on the device end to end: the two examples train on the emulated GPU under
 # autocast (charlm bf16, translate fp16 with loss scaling; heads 64 wide, so attention runs on
 # the tensor-core path), evaluate, sample / decode, and report finite losses.
@@ -106,5 +116,5 @@ set -e
 }
 end=$(date +%s)
 
-echo "ci_cuda_emulation: build $((built - start)) s, test_cuda + test_backend_ops + dist + amp examples $((done_at - built)) s," \
+echo "ci_cuda_emulation: build $((built - start)) s, test_cuda + test_backend_ops + dist + module + amp examples $((done_at - built)) s," \
   "skip check $((end - done_at)) s, total $((end - start)) s"

@@ -6,8 +6,9 @@
 // these small products at a fraction of what the CPU can do. The attention tiles need only
 // C (m x n) = alpha * A B + beta * C with A read through two strides (so A or A^T comes without
 // a copy) and B row-major with unit column stride (B^T is transposed into a scratch buffer by
-// the caller, see flash_attention.cpp), which a small register-blocked kernel does at the
-// speed of the fast BLAS kernels (measured side by side in the README).
+// the caller, see flash_attention.cpp), which a small register-blocked kernel does as fast as
+// OpenBLAS's AVX2 kernels (its AVX-512 kernels are faster still, so flash attention uses this
+// one only with a generic set; measured side by side in the README).
 //
 // Invariants: every C element is one float accumulator, fed p = 0, 1, ..., k-1 in order with
 // fused multiply-adds, then alpha * acc (+ beta * C); the vector and scalar paths evaluate that
