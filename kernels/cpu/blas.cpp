@@ -122,6 +122,8 @@ bool is_avx512_core(const char* core) {
   return false;
 }
 
+bool is_generic_core(const char* core) { return !is_avx2_core(core) && !is_avx512_core(core); }
+
 const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd) {
   if (!cpu_avx2 && !cpu_avx512) return "";
   // OpenBLAS 0.3.21's kernel sets with AVX-512 FMA for sgemm: nothing faster to advise.

@@ -26,6 +26,8 @@ const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx
 // (SkylakeX, Cooperlake, SapphireRapids), any case; every other set is a generic one.
 bool is_avx2_core(const char* core);
 bool is_avx512_core(const char* core);
+// Neither: one of OpenBLAS's generic (pre-AVX2) kernel sets.
+bool is_generic_core(const char* core);
 
 // How flash attention computes the float32 products inside its tiles: Auto (the default)
 // uses heed's AVX2 register kernel (tile_gemm.h) when OpenBLAS runs a generic kernel set and

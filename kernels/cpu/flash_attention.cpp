@@ -392,10 +392,7 @@ TileProducts flash_attention_tile_products() {
 #if HEED_HAVE_AVX2
   // OpenBLAS's generic kernels run these small products at about half the register kernel's
   // speed; its AVX2 sets match it and its AVX-512 sets beat it (README, Performance).
-  static const bool generic_blas = [] {
-    const BlasLibrary lib = blas_library();
-    return !is_avx2_core(lib.core) && !is_avx512_core(lib.core);
-  }();
+  static const bool generic_blas = is_generic_core(blas_library().core);
   return generic_blas ? TileProducts::Registers : TileProducts::Blas;
 #else
   return TileProducts::Blas;

@@ -48,7 +48,7 @@ BlasInfo blas_info() {
   info.cpu_avx2 = __builtin_cpu_supports("avx2");
   info.cpu_avx512 = __builtin_cpu_supports("avx512f");
   info.coretype_hint = openblas_coretype_hint(info.core, info.cpu_avx2, info.cpu_avx512, __builtin_cpu_is("amd"));
-  info.generic_kernels = !info.coretype_hint.empty() && !kernels::cpu::is_avx2_core(info.core.c_str());
+  info.generic_kernels = !info.coretype_hint.empty() && kernels::cpu::is_generic_core(info.core.c_str());
   return info;
 }
 
