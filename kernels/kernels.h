@@ -107,7 +107,23 @@ using ReduceFn = void (*)(ReduceOp op, DType dtype, const void* in, int64_t oute
 using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t extent, int64_t inner,
                             double correction, void* out);
 // C = alpha * op(A) @ op(B) + beta * C, row-major, repeated over `batch` with element strides
-// between batches (stride 0 broadcasts). dtype float32 or float64.
+// between batches (stride 0 broadcasts). dtype float32 or float64 (CPU); the CUDA backend also
+// takes float16/bfloat16 operands and C, accumulating in float32.
+// Epilogues (the row sums alone, or bias and/or activation; batch == 1 and k >= 1 only; Linear's
+// forward and weight gradient), in C's dtype:
+//  * bias (n elements, contiguous; beta must be 0): C = alpha * op(A) @ op(B) + bias, the bias
+//    added to every row with no second pass over C (CUDA: cuBLASLt's BIAS epilogue; CPU: C
+//    filled with the bias block by block before each block's gemm accumulates onto it).
+//  * activation (GeluErf or GeluTanh; with or without bias; beta 0; C contiguous, ldc == n):
+//    pre_activation (m x n, contiguous) receives z = alpha * op(A) @ op(B) (+ bias) and C
+//    receives gelu(z), computed as the unary rows gelu / gelu_tanh compute it (CUDA: cuBLASLt's
+//    GELU_AUX(_BIAS) epilogue for the tanh form, whose GELU that is; the erf form as the gemm
+//    into pre_activation and the unary kernel after it; CPU: block by block while the block of
+//    z is in cache).
+//  * a_row_sums (m elements, contiguous; written, not accumulated, not scaled by alpha):
+//    sum_p op(A)[i, p], the bias gradient of a Linear whose weight gradient is this gemm
+//    (op(A) = dY^T) (CUDA: cuBLASLt's BGRADB epilogue, summed in float32; CPU: in float64).
+enum class GemmActivation : uint8_t { None, GeluErf, GeluTanh };
 struct GemmArgs {
   DType dtype = kFloat32;
   bool trans_a = false, trans_b = false;
@@ -120,6 +136,10 @@ struct GemmArgs {
   int64_t ldc = 0, batch_stride_c = 0;
   int64_t batch = 1;
   double alpha = 1.0, beta = 0.0;
+  const void* bias = nullptr;
+  GemmActivation activation = GemmActivation::None;
+  void* pre_activation = nullptr;
+  void* a_row_sums = nullptr;
 };
 using GemmFn = void (*)(const GemmArgs& args);
 // Row-wise softmax (or log-softmax) of a contiguous (rows, cols) tensor. A row of all -inf

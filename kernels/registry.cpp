@@ -109,11 +109,18 @@ Cost cost_gemm(const GemmArgs& g) {
   const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
   const double batch = static_cast<double>(g.batch);
   const double c_passes = g.beta != 0.0 ? 2.0 : 1.0;
-  const std::string shapes = fmt::format("m={} n={} k={}{} {}{}", g.m, g.n, g.k,
+  const bool activation = g.activation != GemmActivation::None;
+  const std::string shapes = fmt::format("m={} n={} k={}{} {}{}{}{}{}", g.m, g.n, g.k,
                                          g.batch != 1 ? fmt::format(" batch={}", g.batch) : std::string(),
-                                         g.trans_a ? "T" : "N", g.trans_b ? "T" : "N");
-  return {2.0 * m * n * k * batch, batch * (m * k + k * n + c_passes * m * n) * size_of(g.dtype), shapes,
-          name_of(g.dtype)};
+                                         g.trans_a ? "T" : "N", g.trans_b ? "T" : "N", g.bias ? " +bias" : "",
+                                         !activation                                ? ""
+                                         : g.activation == GemmActivation::GeluTanh ? " +gelu_tanh"
+                                                                                    : " +gelu",
+                                         g.a_row_sums ? " +row_sums(A)" : "");
+  // The activation writes z besides C; its arithmetic is not counted as FLOPs.
+  const double epilogue_elements = (g.bias ? n : 0.0) + (g.a_row_sums ? m : 0.0) + (activation ? m * n : 0.0);
+  return {2.0 * m * n * k * batch, (batch * (m * k + k * n + c_passes * m * n) + epilogue_elements) * size_of(g.dtype),
+          shapes, name_of(g.dtype)};
 }
 Cost cost_softmax_forward(DType dtype, const void*, void*, int64_t rows, int64_t cols, bool log) {
   const double n = static_cast<double>(rows) * static_cast<double>(cols);

@@ -448,6 +448,95 @@ TEST_CASE("cuda: matmul (2-D, batched (B,H,T,D), broadcast batch, transposed ope
   cuda::set_allow_tf32(false);
 }
 
+TEST_CASE("cuda: Linear's bias and GELU epilogues (cuBLASLt and heed's fallback) and 16-bit gemms kept in 16 bits") {
+  if (!cuda_ready()) return;
+  REQUIRE(cuda::gemm_epilogues_cublaslt());
+  for (bool use_cublaslt : {true, false}) {
+    CAPTURE(use_cublaslt);
+    cuda::set_gemm_epilogues_cublaslt(use_cublaslt);
+    for (DType dtype : kFloatingTypes) {
+      CAPTURE(dtype_name(dtype));
+      manual_seed(45);
+      const Tol t = dtype == kFloat32 ? Tol{1e-4, 1e-5} : tol_for(dtype);
+      const Tol grad_t = dtype == kFloat32 ? Tol{1e-4, 1e-5} : Tol{tol_for(dtype).rtol * 2, tol_for(dtype).atol * 4};
+      const cuda::GemmEpilogueCounts before = cuda::gemm_epilogue_counts();
+      // 3-D input (one gemm over the flattened rows), 2-D input: forward bias epilogue, and the
+      // bias gradient from the weight gradient's gemm. Sizes are no multiple of any tile.
+      check_op(
+          "linear (3-D input)", [](const std::vector<Tensor>& in) { return F::linear(in[0], in[1], in[2]); },
+          {rnd({3, 5, 12}, dtype), rnd({7, 12}, dtype), rnd({7}, dtype)}, t, true, grad_t);
+      check_op(
+          "linear (2-D input)", [](const std::vector<Tensor>& in) { return F::linear(in[0], in[1], in[2]); },
+          {rnd({9, 33}, dtype), rnd({17, 33}, dtype), rnd({17}, dtype)}, t, true, grad_t);
+      const cuda::GemmEpilogueCounts after = cuda::gemm_epilogue_counts();
+      const int64_t lt_bias = after.cublaslt_bias - before.cublaslt_bias;
+      const int64_t lt_grad = after.cublaslt_bias_grad - before.cublaslt_bias_grad;
+      const int64_t fallback_bias = after.fallback_bias - before.fallback_bias;
+      const int64_t fallback_grad = after.fallback_bias_grad - before.fallback_bias_grad;
+      // Two forwards and two weight-gradient gemms, each with its epilogue, one way or the other.
+      CHECK(lt_bias + fallback_bias == 2);
+      CHECK(lt_grad + fallback_grad == 2);
+      if (!use_cublaslt) CHECK(lt_bias + lt_grad == 0);
+      // The emulator's cuBLASLt has an algorithm for every case; a GPU may decline some (float64).
+      if (use_cublaslt && cuda::is_emulated()) CHECK(fallback_bias + fallback_grad == 0);
+
+      // F::linear_gelu: the tanh GELU in cuBLASLt's GELU_AUX_BIAS epilogue (16 output features:
+      // a leading dimension divisible by 8); the erf GELU, and 13 features, after the gemm.
+      const cuda::GemmEpilogueCounts gelu_before = cuda::gemm_epilogue_counts();
+      check_op(
+          "linear_gelu tanh (16 features)",
+          [](const std::vector<Tensor>& in) { return F::linear_gelu(in[0], in[1], in[2], GeluApproximation::Tanh); },
+          {rnd({3, 5, 12}, dtype), rnd({16, 12}, dtype), rnd({16}, dtype)}, t, true, grad_t);
+      check_op(
+          "linear_gelu tanh (13 features, no bias)",
+          [](const std::vector<Tensor>& in) { return F::linear_gelu(in[0], in[1], Tensor(), GeluApproximation::Tanh); },
+          {rnd({7, 12}, dtype), rnd({13, 12}, dtype)}, t, true, grad_t);
+      check_op(
+          "linear_gelu erf", [](const std::vector<Tensor>& in) { return F::linear_gelu(in[0], in[1], in[2]); },
+          {rnd({3, 5, 12}, dtype), rnd({16, 12}, dtype), rnd({16}, dtype)}, t, true, grad_t);
+      const cuda::GemmEpilogueCounts gelu_after = cuda::gemm_epilogue_counts();
+      const int64_t lt_gelu = gelu_after.cublaslt_gelu - gelu_before.cublaslt_gelu;
+      const int64_t separate_gelu = gelu_after.fallback_gelu - gelu_before.fallback_gelu;
+      CHECK(lt_gelu + separate_gelu == 3);
+      if (!use_cublaslt) CHECK(lt_gelu == 0);
+      if (use_cublaslt && cuda::is_emulated()) CHECK(lt_gelu == 1);
+    }
+  }
+  cuda::set_gemm_epilogues_cublaslt(true);
+
+  // 16-bit operands reach the gemm as they are (float32 accumulation inside), also under
+  // autocast, where Linear's bias rides along in the epilogue.
+  manual_seed(46);
+  for (DType half : {kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(half));
+    const Tensor a = rnd({6, 20}, half).to(kCUDA), b = rnd({20, 9}, half).to(kCUDA);
+    const Tensor x = rnd({2, 6, 20}).to(kCUDA), w = rnd({9, 20}).to(kCUDA), bias = rnd({9}).to(kCUDA);
+    profile::Profiler profiler;
+    const Tensor product = matmul(a, b);
+    Tensor linear_out;
+    {
+      amp::Autocast autocast(half);
+      linear_out = F::linear(x, w, bias);
+    }
+    profiler.stop();
+    CHECK(product.dtype() == half);
+    CHECK(linear_out.dtype() == half);
+    std::vector<std::string> gemms;
+    std::string listed;
+    for (const profile::Event& e : profiler.events())
+      if (e.kind == profile::Kind::Kernel && e.name == "gemm") {
+        gemms.push_back(e.dtype + " " + e.shapes);
+        listed += "[" + gemms.back() + "] ";
+      }
+    INFO("gemm kernels: " << listed);
+    REQUIRE(gemms.size() == 2);
+    CHECK(gemms[0].rfind(dtype_name(half), 0) == 0);
+    CHECK(gemms[1].rfind(dtype_name(half), 0) == 0);
+    CHECK(gemms[1].find("+bias") != std::string::npos);
+    check_close(matmul(a.to(kCPU), b.to(kCPU)), product, tol_for(half), "16-bit matmul");
+  }
+}
+
 TEST_CASE("cuda: softmax, log_softmax and cross-entropy") {
   if (!cuda_ready()) return;
   for (DType dtype : kFloatingTypes) {

@@ -1,14 +1,20 @@
 // tests/test_ops_matmul.cpp — matmul (torch.matmul semantics) against a naive float64 triple
 // loop: 1-D/2-D/batched operands, broadcast batch dims, transposed/strided/expanded operands
 // (BLAS flags, copies, stride-0 batches), empty and K = 0 products, float32 and 16-bit
-// against the float64 reference, promotion and misuse. Gradients: tests/test_gradcheck.cpp.
+// against the float64 reference, promotion and misuse; the gemm kernel's epilogues (the bias
+// and the row sums of op(A)) against float64, and F::linear's use of them (the bias gradient
+// summed in the weight gradient's gemm). Gradients: tests/test_gradcheck.cpp.
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "op_cases.h"
 
 using namespace heed;
@@ -212,4 +218,244 @@ TEST_CASE("matmul: misuse raises heed::Error naming the op") {
   CHECK_THROWS_WITH_AS(matmul(zeros({3, 4}, kInt64), zeros({4, 2}, kInt64)),
                        doctest::Contains("heed::matmul: expects floating-point"), Error);
   CHECK_THROWS_WITH_AS(matmul(a, Tensor()), doctest::Contains("heed::matmul:"), Error);
+}
+
+namespace {
+
+// A matrix with its rows `ld` apart (ld >= cols), the padding filled with NaN.
+template <typename T>
+std::vector<T> padded_matrix(int64_t rows, int64_t cols, int64_t ld, std::mt19937& rng) {
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<T> m(static_cast<size_t>(rows * ld), std::numeric_limits<T>::quiet_NaN());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) m[static_cast<size_t>(r * ld + c)] = static_cast<T>(uniform(rng));
+  return m;
+}
+
+template <typename T>
+void check_gemm_epilogues(DType dtype, double rtol) {
+  std::mt19937 rng(2026);
+  // (m, n, k): a single element, ragged sizes, and a product big enough for several gemm tasks.
+  const int64_t sizes[][3] = {{1, 1, 1}, {37, 70, 5}, {260, 330, 97}};
+  for (const auto& size : sizes)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true}) {
+        const int64_t m = size[0], n = size[1], k = size[2];
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        CAPTURE(trans_a);
+        CAPTURE(trans_b);
+        // Stored shapes of A and B with padded leading dimensions.
+        const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+        const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+        const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = n + 2;
+        const std::vector<T> a = padded_matrix<T>(a_rows, a_cols, lda, rng);
+        const std::vector<T> b = padded_matrix<T>(b_rows, b_cols, ldb, rng);
+        const std::vector<T> bias = padded_matrix<T>(1, n, n, rng);
+        const auto op_a = [&](int64_t i, int64_t p) { return double(trans_a ? a[p * lda + i] : a[i * lda + p]); };
+        const auto op_b = [&](int64_t p, int64_t j) { return double(trans_b ? b[j * ldb + p] : b[p * ldb + j]); };
+
+        kernels::GemmArgs args;
+        args.dtype = dtype;
+        args.trans_a = trans_a;
+        args.trans_b = trans_b;
+        args.m = m;
+        args.n = n;
+        args.k = k;
+        args.a = a.data();
+        args.lda = lda;
+        args.b = b.data();
+        args.ldb = ldb;
+        args.ldc = ldc;
+        args.alpha = 0.5;
+        // Bias epilogue: C starts as NaN everywhere (beta = 0: never read), padding untouched.
+        std::vector<T> c(static_cast<size_t>(m * ldc), std::numeric_limits<T>::quiet_NaN());
+        args.c = c.data();
+        args.bias = bias.data();
+        kernels::cpu::gemm(args);
+        int bad = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0.0, magnitude = 0.0;
+            for (int64_t p = 0; p < k; ++p) {
+              want += op_a(i, p) * op_b(p, j);
+              magnitude += std::abs(op_a(i, p) * op_b(p, j));
+            }
+            want = 0.5 * want + double(bias[j]);
+            const double got = c[static_cast<size_t>(i * ldc + j)];
+            if (!(std::abs(got - want) <= rtol * (0.5 * magnitude + std::abs(double(bias[j])) + 1.0))) ++bad;
+          }
+          for (int64_t j = n; j < ldc; ++j) bad += !std::isnan(double(c[static_cast<size_t>(i * ldc + j)]));
+        }
+        CHECK(bad == 0);
+
+        // Row-sum epilogue (not scaled by alpha), next to a plain product.
+        std::vector<T> sums(static_cast<size_t>(m) + 1, std::numeric_limits<T>::quiet_NaN());
+        std::fill(c.begin(), c.end(), std::numeric_limits<T>::quiet_NaN());
+        args.bias = nullptr;
+        args.a_row_sums = sums.data();
+        kernels::cpu::gemm(args);
+        for (int64_t i = 0; i < m; ++i) {
+          double want = 0.0, magnitude = 0.0;
+          for (int64_t p = 0; p < k; ++p) {
+            want += op_a(i, p);
+            magnitude += std::abs(op_a(i, p));
+          }
+          CHECK(std::abs(double(sums[static_cast<size_t>(i)]) - want) <= rtol * (magnitude + 1.0));
+          double product = 0.0;
+          for (int64_t p = 0; p < k; ++p) product += op_a(i, p) * op_b(p, n - 1);
+          CHECK(std::abs(double(c[static_cast<size_t>(i * ldc + n - 1)]) - 0.5 * product) <= rtol * (double(k) + 1.0));
+        }
+        CHECK(std::isnan(double(sums[static_cast<size_t>(m)])));  // nothing written past m
+      }
+}
+
+}  // namespace
+
+TEST_CASE("gemm epilogues (CPU kernel): bias and the row sums of op(A) against float64") {
+  SUBCASE("float32") { check_gemm_epilogues<float>(kFloat32, 1e-6); }
+  SUBCASE("float64") { check_gemm_epilogues<double>(kFloat64, 1e-14); }
+  SUBCASE("misuse") {
+    float a = 1, b = 1, c = 0, v = 0;
+    kernels::GemmArgs args;
+    args.m = args.n = args.k = 1;
+    args.a = &a;
+    args.b = &b;
+    args.c = &c;
+    args.lda = args.ldb = args.ldc = 1;
+    args.bias = &v;
+    args.a_row_sums = &v;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args),
+                         doctest::Contains("heed::gemm: the row sums of A are an epilogue of their own"), Error);
+    args.a_row_sums = nullptr;
+    args.activation = kernels::GemmActivation::GeluErf;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("the activation epilogue needs pre_activation"),
+                         Error);
+    args.pre_activation = &v;
+    args.ldc = 2;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("a contiguous C (ldc 2 == n 1)"), Error);
+    args.ldc = 1;
+    args.activation = kernels::GemmActivation::None;
+    args.pre_activation = nullptr;
+    args.beta = 1.0;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("the bias epilogue needs beta == 0"), Error);
+    args.beta = 0.0;
+    args.batch = 2;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("need batch == 1, got batch 2"), Error);
+    args.batch = 1;
+    args.k = 0;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("the epilogues need k >= 1"), Error);
+  }
+}
+
+TEST_CASE("linear: the bias in the gemm's epilogue, its gradient in the weight gradient's gemm") {
+  // float64 inputs: the fused results must equal matmul + bias and the summed upstream gradient.
+  const auto run = [](const Dims& x_shape, bool weight_grad, bool x_contiguous) {
+    CAPTURE(shape_str(x_shape));
+    CAPTURE(weight_grad);
+    CAPTURE(x_contiguous);
+    manual_seed(77);
+    Tensor x = randn(x_shape, kFloat64);
+    if (!x_contiguous) x = randn({x_shape[1], x_shape[0], x_shape[2]}, kFloat64).transpose(0, 1);
+    x.requires_grad_();
+    Tensor w = randn({7, x_shape.back()}, kFloat64).requires_grad_(weight_grad);
+    Tensor b = randn({7}, kFloat64).requires_grad_();
+    profile::Profiler profiler;
+    const Tensor out = F::linear(x, w, b);
+    Dims out_shape = x_shape;
+    out_shape[out_shape.size() - 1] = 7;
+    const Tensor upstream = randn(out_shape, kFloat64);
+    out.backward(upstream);
+    profiler.stop();
+    const Tensor want = add(matmul(x.detach(), w.detach().t()), b.detach());
+    CHECK(max(abs(sub(out.detach(), want))).item<double>() <= 1e-13);
+    const Tensor want_db = sum(upstream.reshape({-1, 7}), {0});
+    CHECK(max(abs(sub(b.grad(), want_db))).item<double>() <= 1e-12);
+    // Which gemms carried an epilogue (the profiler's kernel spans name them).
+    int with_bias = 0, with_row_sums = 0;
+    for (const profile::Event& e : profiler.events()) {
+      if (e.kind != profile::Kind::Kernel || e.name != "gemm") continue;
+      with_bias += e.shapes.find("+bias") != std::string::npos;
+      with_row_sums += e.shapes.find("+row_sums(A)") != std::string::npos;
+    }
+    // The bias is an epilogue when the product is one gemm (x's rows contiguous, or 2-D).
+    CHECK(with_bias == (x_contiguous || x_shape.size() == 2 ? 1 : 0));
+    // The bias gradient comes from the weight gradient's gemm when the weight needs one.
+    CHECK(with_row_sums == (weight_grad ? 1 : 0));
+  };
+  run({3, 5, 12}, true, true);
+  run({3, 5, 12}, false, true);
+  run({4, 12}, true, true);
+  run({3, 5, 12}, true, false);
+}
+
+TEST_CASE("linear_gelu: the GELU in the gemm's epilogue gives gelu(linear(...)) bit for bit, and its gradients") {
+  struct Case {
+    Dims x_shape;
+    bool bias, contiguous;
+  };
+  const Case cases[] = {
+      {{3, 5, 12}, true, true}, {{9, 12}, false, true}, {{12}, true, true}, {{3, 5, 12}, true, false}};
+  for (DType dtype : {kFloat32, kFloat64})
+    for (GeluApproximation approximation : {GeluApproximation::None, GeluApproximation::Tanh})
+      for (const Case& c : cases) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(approximation == GeluApproximation::Tanh);
+        CAPTURE(shape_str(c.x_shape));
+        CAPTURE(c.bias);
+        CAPTURE(c.contiguous);
+        manual_seed(91);
+        Tensor x0 = mul_scalar(randn(c.x_shape, kFloat64), 2.0).to(dtype);
+        if (!c.contiguous) x0 = x0.transpose(0, 1).contiguous().transpose(0, 1);
+        const Tensor w0 = mul_scalar(randn({19, 12}, kFloat64), 0.3).to(dtype);
+        const Tensor b0 = c.bias ? randn({19}, kFloat64).to(dtype) : Tensor();
+        // The fused op and the two ops it replaces, on separate leaves.
+        Tensor x1 = x0.detach().clone().requires_grad_(), w1 = w0.clone().requires_grad_();
+        Tensor x2 = x0.detach().clone().requires_grad_(), w2 = w0.clone().requires_grad_();
+        Tensor b1 = c.bias ? b0.clone().requires_grad_() : Tensor(),
+               b2 = c.bias ? b0.clone().requires_grad_() : Tensor();
+        if (!c.contiguous) {
+          x1 = x0.detach().transpose(0, 1).contiguous().requires_grad_();
+          x2 = x0.detach().transpose(0, 1).contiguous().requires_grad_();
+        }
+        const Tensor in1 = c.contiguous ? x1 : x1.transpose(0, 1), in2 = c.contiguous ? x2 : x2.transpose(0, 1);
+        profile::Profiler profiler;
+        const Tensor fused = F::linear_gelu(in1, w1, b1, approximation);
+        profiler.stop();
+        const Tensor separate = F::gelu(F::linear(in2, w2, b2), approximation);
+        REQUIRE(fused.shape() == separate.shape());
+        CHECK(fused.dtype() == dtype);
+        // Same gemm, same GELU functions: identical values.
+        CHECK(max(abs(sub(fused.detach(), separate.detach()))).item<double>() == 0.0);
+        // The GELU rode in the gemm's epilogue when the product is one gemm.
+        int fused_gemms = 0;
+        for (const profile::Event& e : profiler.events())
+          if (e.kind == profile::Kind::Kernel && e.name == "gemm")
+            fused_gemms +=
+                e.shapes.find(approximation == GeluApproximation::Tanh ? "+gelu_tanh" : "+gelu") != std::string::npos;
+        CHECK(fused_gemms == (c.contiguous ? 1 : 0));
+        // Gradients: dz from the same derivative kernel, then the same gemms; the bias gradient
+        // summed in another order (float64 in the gemm's row sums).
+        const Tensor upstream = randn(fused.shape(), kFloat64).to(dtype);
+        fused.backward(upstream);
+        separate.backward(upstream);
+        const double tol = dtype == kFloat32 ? 2e-5 : 1e-12;
+        const auto close = [tol](const Tensor& a, const Tensor& b) {
+          return max(abs(sub(a, b))).item<double>() <= tol * (1.0 + max(abs(b)).item<double>());
+        };
+        CHECK(close(x1.grad(), x2.grad()));
+        CHECK(close(w1.grad(), w2.grad()));
+        if (c.bias) CHECK(close(b1.grad(), b2.grad()));
+      }
+}
+
+TEST_CASE("linear_gelu: misuse raises heed::Error naming the op") {
+  CHECK_THROWS_WITH_AS(
+      F::linear_gelu(zeros({3, 4}), zeros({5, 6})),
+      doctest::Contains("heed::linear_gelu: input of shape [3, 4] does not match weight of shape [5, 6]"), Error);
+  CHECK_THROWS_WITH_AS(F::linear_gelu(zeros({3, 4}), zeros({5, 4}), zeros({4})),
+                       doctest::Contains("heed::linear_gelu: bias must have shape [5], got [4]"), Error);
+  CHECK_THROWS_WITH_AS(F::linear_gelu(zeros({3, 4}, kInt64), zeros({5, 4})), doctest::Contains("heed::linear_gelu"),
+                       Error);
 }

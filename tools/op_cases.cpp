@@ -589,6 +589,18 @@ void add_nn_function_cases(OpCaseRegistry& r) {
   r.add({"linear_3d", "(B, T, in) @ W^T + b", {S::uniform({2, 3, 4}), S::uniform({5, 4}), S::uniform({5})}, [](In x) {
            return F::linear(x[0], x[1], x[2]);
          }});
+  r.add({"linear_gelu",
+         "gelu(x @ W^T + b), erf form, the GELU in the gemm epilogue",
+         {S::uniform({2, 3, 4}, -2.0, 2.0), S::uniform({5, 4}), S::uniform({5})},
+         [](In x) { return F::linear_gelu(x[0], x[1], x[2]); }});
+  r.add({"linear_gelu_tanh_no_bias_1d",
+         "gelu_tanh(x @ W^T) for a 1-D x, no bias",
+         {S::uniform({4}, -2.0, 2.0), S::uniform({3, 4})},
+         [](In x) { return F::linear_gelu(x[0], x[1], Tensor(), GeluApproximation::Tanh); }});
+  r.add({"linear_gelu_strided",
+         "gelu(x @ W^T + b) for a transposed (non-contiguous) 3-D x",
+         {S::uniform({3, 2, 4}, -2.0, 2.0), S::uniform({5, 4}), S::uniform({5})},
+         [](In x) { return F::linear_gelu(x[0].transpose(0, 1), x[1], x[2]); }});
   r.add({"embedding",
          "rows of a (6, 3) table picked by (2, 4) indices with repeats",
          {S::uniform({6, 3}), S::fixed_indices({2, 4}, {0, 5, 2, 2, 1, 0, 5, 3})},

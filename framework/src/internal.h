@@ -45,6 +45,10 @@ void prepare_inplace(const Tensor& target, const char* op, std::initializer_list
 
 // The dtype kernels compute in for a storage dtype: float32 for the 16-bit floats.
 inline DType compute_dtype(DType t) { return is_half(t) ? kFloat32 : t; }
+// The dtype a gemm on `device` takes its operands and writes its result in: 16-bit floats stay
+// 16-bit on CUDA (cuBLAS accumulates them in float32, on tensor cores); the CPU's OpenBLAS gemm
+// has float32/float64 only, so 16-bit operands are widened there.
+inline DType gemm_dtype(DType t, Device device) { return device.is_cuda() ? t : compute_dtype(t); }
 
 // Product of shape[begin, end).
 inline int64_t prod(const Dims& shape, int begin, int end) {
@@ -57,9 +61,15 @@ inline int64_t prod(const Dims& shape, int begin, int end) {
 Tensor binary_raw(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const char* name);
 Tensor unary_raw(kernels::UnaryOp op, const Tensor& x, double alpha, const char* name);
 // F::linear with a bias: x (..., K) @ w_t (K, N) + bias (N) with the bias as the gemm's epilogue,
-// recorded as one "linear" node (ops/matmul.cpp). x, w_t and bias on one device, one dtype that
-// computes as itself (float32/float64), outside autocast.
+// recorded as one "linear" node (ops/matmul.cpp); its backward sums the bias gradient in the
+// weight gradient's gemm. x, w_t and bias on one device, in one dtype the device's gemm takes
+// as it is (gemm_dtype): float32/float64, and float16/bfloat16 on CUDA (autocast's casts
+// come first).
 Tensor linear_with_bias(const Tensor& x, const Tensor& w_t, const Tensor& bias);
+// F::linear_gelu's fused path: gelu(x @ w_t (+ bias)) with the GELU in the gemm's epilogue, one
+// recorded "linear_gelu" node keeping the GELU's input (ops/matmul.cpp). Same conditions as
+// linear_with_bias; bias may be undefined.
+Tensor linear_gelu_fused(const Tensor& x, const Tensor& w_t, const Tensor& bias, GeluApproximation approximation);
 
 // ---- the op registry ------------------------------------------------------------------------
 // Every name heed's own ops record on the tape: the differentiable rows of the element-wise
@@ -72,7 +82,7 @@ Tensor linear_with_bias(const Tensor& x, const Tensor& w_t, const Tensor& bias);
 // clang-format off
 #define HEED_HAND_WRITTEN_RECORDED_OPS(X)                                                        \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(clamp) X(where) X(masked_fill)       \
-  X(sum) X(var) X(max) X(min) X(matmul) X(linear) X(layer_norm) X(softmax) X(log_softmax)        \
+  X(sum) X(var) X(max) X(min) X(matmul) X(linear) X(linear_gelu) X(layer_norm) X(softmax) X(log_softmax)        \
   X(cross_entropy) X(dropout) X(flash_attention) X(flash_attention_packed)                      \
   X(scaled_dot_product_attention) X(view) X(permute) X(slice) X(select) X(expand) X(cat) X(index_select) X(gather)               \
   X(to_dtype) X(to_device) X(contiguous) X(clone)

@@ -17,11 +17,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "blas_call.h"
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "vec_math.h"
 
 namespace heed::kernels::cpu {
 
@@ -70,10 +72,59 @@ Grid plan_grid(int64_t m, int64_t n, int64_t k) {
 void set_threads(int n) { omp_set_num_threads(n); }
 
 namespace {
+// gelu of one row of z, as the unary rows gelu / gelu_tanh compute it (the same functions).
 template <typename T>
-void gemm_one(const GemmArgs& g, int64_t m, int64_t n, const T* a, const T* b, T* c) {
-  blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, static_cast<T>(g.beta), c,
-               g.ldc);
+void activate_row(GemmActivation activation, const T* z, T* out, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (activation == GemmActivation::GeluErf) return gelu_erf_forward(z, out, n);
+  }
+  for (int64_t j = 0; j < n; ++j)
+    out[j] = activation == GemmActivation::GeluErf ? elementwise::gelu_erf(z[j]) : elementwise::gelu_tanh(z[j]);
+}
+
+// One block (m, n) of C at row r0, column c0 of the whole product. With a bias epilogue the
+// block is filled with the bias first and the gemm accumulates onto it (beta = 1); with an
+// activation the gemm writes z into pre_activation's block and C's block is gelu(z), while z
+// is still in cache.
+template <typename T>
+void gemm_one(const GemmArgs& g, int64_t m, int64_t n, int64_t r0, int64_t c0, const T* a, const T* b, T* batch_c) {
+  T* const c = batch_c + r0 * g.ldc + c0;
+  T* const z = g.activation == GemmActivation::None ? c : static_cast<T*>(g.pre_activation) + r0 * g.ldc + c0;
+  T beta = static_cast<T>(g.beta);
+  if (g.bias) {
+    const T* bias = static_cast<const T*>(g.bias) + c0;
+    for (int64_t i = 0; i < m; ++i) std::memcpy(z + i * g.ldc, bias, static_cast<size_t>(n) * sizeof(T));
+    beta = T(1);
+  }
+  blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
+  if (g.activation != GemmActivation::None)
+    for (int64_t i = 0; i < m; ++i) activate_row(g.activation, z + i * g.ldc, c + i * g.ldc, n);
+}
+
+// a_row_sums[i] = sum_p op(A)[i, p] in float64, in p order (independent of the thread count).
+// op(A) = A^T (the weight-gradient case, A = dY) is walked row by row of A, unit stride.
+template <typename T>
+void a_row_sums(const GemmArgs& g) {
+  const T* a = static_cast<const T*>(g.a);
+  T* out = static_cast<T*>(g.a_row_sums);
+  constexpr int64_t kRowsPerTask = 256;
+  parallel_for(g.m, kRowsPerTask, [&](int64_t begin, int64_t end) {
+    std::vector<double> sums(static_cast<size_t>(end - begin), 0.0);
+    if (g.trans_a) {
+      for (int64_t p = 0; p < g.k; ++p) {
+        const T* row = a + p * g.lda;
+        for (int64_t i = begin; i < end; ++i) sums[i - begin] += row[i];
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) {
+        const T* row = a + i * g.lda;
+        double s = 0.0;
+        for (int64_t p = 0; p < g.k; ++p) s += row[p];
+        sums[i - begin] = s;
+      }
+    }
+    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<T>(sums[i - begin]);
+  });
 }
 
 template <typename T>
@@ -95,10 +146,10 @@ void gemm_typed(const GemmArgs& g) {
       const int64_t rows = std::min(grid.rows_per, g.m - r0), cols = std::min(grid.cols_per, g.n - c0);
       const T* ai = a + i * g.batch_stride_a + (g.trans_a ? r0 : r0 * g.lda);
       const T* bi = b + i * g.batch_stride_b + (g.trans_b ? c0 * g.ldb : c0);
-      T* ci = c + i * g.batch_stride_c + r0 * g.ldc + c0;
-      gemm_one(g, rows, cols, ai, bi, ci);
+      gemm_one(g, rows, cols, r0, c0, ai, bi, c + i * g.batch_stride_c);
     }
   });
+  if (g.a_row_sums) a_row_sums<T>(g);
 }
 }  // namespace
 
@@ -182,6 +233,17 @@ void gemm(const GemmArgs& args) {
   constexpr int64_t kMaxBlasInt = 2147483647;
   HEED_CHECK(args.m <= kMaxBlasInt && args.n <= kMaxBlasInt && args.k <= kMaxBlasInt, "gemm",
              "matrix sizes ({}, {}, {}) exceed the 32-bit BLAS interface", args.m, args.n, args.k);
+  const bool activation = args.activation != GemmActivation::None;
+  HEED_CHECK(!args.a_row_sums || (!args.bias && !activation), "gemm",
+             "the row sums of A are an epilogue of their own, got them with a bias or an activation");
+  HEED_CHECK(!activation || (args.pre_activation && args.ldc == args.n && args.beta == 0.0), "gemm",
+             "the activation epilogue needs pre_activation, a contiguous C (ldc {} == n {}) and beta 0 (got {})",
+             args.ldc, args.n, args.beta);
+  HEED_CHECK((!args.bias && !args.a_row_sums && !activation) || args.batch == 1, "gemm",
+             "the bias and row-sum epilogues need batch == 1, got batch {}", args.batch);
+  HEED_CHECK(!args.bias || args.beta == 0.0, "gemm", "the bias epilogue needs beta == 0, got {}", args.beta);
+  HEED_CHECK((!args.bias && !args.a_row_sums && !activation) || args.k > 0, "gemm",
+             "the epilogues need k >= 1, got k = 0");
   if (args.m == 0 || args.n == 0) return;
   if (args.dtype == kFloat32) return gemm_typed<float>(args);
   if (args.dtype == kFloat64) return gemm_typed<double>(args);

@@ -5,6 +5,7 @@
 // CUDA in the build every entry is a stub and the kernel table is empty.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/kernels.h"
@@ -27,6 +28,16 @@ const KernelTable& kernel_table();
 // Whether float32 gemm may use TF32 tensor cores (off by default).
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+// Linear's gemm epilogues (GemmArgs::bias, ::activation, ::a_row_sums): through cuBLASLt
+// (default), or with false heed's own kernels around the plain cuBLAS gemm (also what runs when
+// cuBLASLt has no algorithm for a shape, and for the erf GELU, which cuBLASLt does not have). The counters say how many
+// epilogues ran each way since start-up.
+struct GemmEpilogueCounts {
+  int64_t lt_bias = 0, lt_row_sums = 0, lt_gelu = 0, fallback_bias = 0, fallback_row_sums = 0, fallback_gelu = 0;
+};
+void set_gemm_epilogues_lt(bool use);
+bool gemm_epilogues_lt();
+GemmEpilogueCounts gemm_epilogue_counts();
 // Whether flash_attention_forward/backward take float16/bfloat16 operands (tensor-core kernels,
 // float32 accumulation and log-sum-exp) for these head dims: D == Dv in {64, 128} and a device
 // that has tensor cores for both types (sm_80 or newer; always under the emulator). Other head

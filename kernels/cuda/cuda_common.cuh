@@ -25,6 +25,7 @@
 #if defined(HEED_CUDA_EMULATION)
 #include "kernels/cuda/emulation/cuda_emulation.h"
 #else
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #endif

@@ -23,6 +23,12 @@ std::atomic<bool> tf32_allowed{false};
 }
 void set_allow_tf32(bool allow) { tf32_allowed = allow; }
 bool allow_tf32() { return tf32_allowed; }
+namespace {
+std::atomic<bool> epilogues_lt{true};
+}
+void set_gemm_epilogues_lt(bool use) { epilogues_lt = use; }
+bool gemm_epilogues_lt() { return epilogues_lt; }
+GemmEpilogueCounts gemm_epilogue_counts() { return {}; }
 bool flash_attention_takes_16bit(int64_t, int64_t) { return false; }
 void synchronize() {}
 

@@ -114,7 +114,13 @@ FeedForward::FeedForward(int64_t d_model, int64_t d_ff, double dropout_p, Activa
 }
 
 Tensor FeedForward::forward(const Tensor& x) const {
-  return fc2->forward(dropout->forward(activate(fc1->forward(x), activation_)));
+  // GELU in fc1's gemm epilogue (F::linear_gelu); ReLU as its own op.
+  const Tensor hidden =
+      activation_ == Activation::ReLU
+          ? activate(fc1->forward(x), activation_)
+          : F::linear_gelu(x, fc1->weight, fc1->bias,
+                           activation_ == Activation::GELUTanh ? GeluApproximation::Tanh : GeluApproximation::None);
+  return fc2->forward(dropout->forward(hidden));
 }
 
 // ---- positional encodings -------------------------------------------------------------------

@@ -28,6 +28,21 @@ bool is_emulated();
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Linear's bias on CUDA is added in the gemm's epilogue and its gradient summed in the weight
+// gradient's gemm, both through cuBLASLt (BIAS and BGRADB epilogues); F::linear_gelu's tanh GELU
+// is cuBLASLt's GELU_AUX(_BIAS) epilogue. With false, or where cuBLASLt offers no algorithm for a
+// shape, heed's own kernels do the same around a plain cuBLAS gemm (the bias written into the
+// output first, the gradient in a separate pass, the GELU as its unary kernel after the gemm;
+// always so for the erf GELU, which cuBLASLt does not compute). On by default.
+void set_gemm_epilogues_cublaslt(bool use);
+bool gemm_epilogues_cublaslt();
+// How many of those epilogues ran each way since the process started (all 0 without CUDA).
+struct GemmEpilogueCounts {
+  int64_t cublaslt_bias = 0, cublaslt_bias_grad = 0, cublaslt_gelu = 0;
+  int64_t fallback_bias = 0, fallback_bias_grad = 0, fallback_gelu = 0;
+};
+GemmEpilogueCounts gemm_epilogue_counts();
+
 // True when F::flash_attention (and flash_attention_packed, scaled_dot_product_attention's
 // fused path, MultiHeadAttention) runs float16 or bfloat16 operands with these head dims on the
 // device's tensor cores: D == Dv in {64, 128} on a device of compute capability 8.0 or newer

@@ -17,6 +17,12 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::None);
 // x @ weight^T + bias; weight (out, in), bias (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias), approximation) with the GELU in the gemm's epilogue (cuBLASLt's
+// GELU_AUX_BIAS on CUDA for the tanh form; block by block while in cache on the CPU): the same
+// values up to rounding (bit for bit on the CPU in float32/float64), one pass over the
+// (..., out) activations fewer. Autograd keeps the GELU's input, as gelu after linear would.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                   GeluApproximation approximation = GeluApproximation::None);
 // Rows of `weight` (num, dim) picked by int64 `indices` of any shape: (..., dim).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 

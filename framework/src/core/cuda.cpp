@@ -18,6 +18,13 @@ std::string unavailable_reason() {
 void set_allow_tf32(bool allow) { kernels::cuda::set_allow_tf32(allow); }
 bool allow_tf32() { return kernels::cuda::allow_tf32(); }
 
+void set_gemm_epilogues_cublaslt(bool use) { kernels::cuda::set_gemm_epilogues_lt(use); }
+bool gemm_epilogues_cublaslt() { return kernels::cuda::gemm_epilogues_lt(); }
+GemmEpilogueCounts gemm_epilogue_counts() {
+  const kernels::cuda::GemmEpilogueCounts c = kernels::cuda::gemm_epilogue_counts();
+  return {c.lt_bias, c.lt_row_sums, c.lt_gelu, c.fallback_bias, c.fallback_row_sums, c.fallback_gelu};
+}
+
 bool flash_attention_tensor_cores(int64_t head_dim, int64_t value_dim) {
   return is_available() && kernels::cuda::flash_attention_takes_16bit(head_dim, value_dim);
 }

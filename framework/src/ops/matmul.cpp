@@ -5,8 +5,10 @@
 // dims must collapse to a single stride (0 for broadcast), otherwise the operand is copied
 // once. A 2-D right operand with a batched left operand is one big gemm, (B*M,K) @ (K,N).
 // Under amp::Autocast the operands are cast to the autocast dtype first (16-bit output,
-// float32 accumulation); backward uses matmul_raw and never autocasts. F::linear's bias is a
-// gemm epilogue (detail::linear_with_bias): written into the output, the gemm adds onto it.
+// float32 accumulation); backward uses matmul_raw and never autocasts. On CUDA 16-bit operands
+// go to the gemm as they are (float32 accumulation in cuBLAS); on the CPU they are widened to
+// float32. F::linear's bias is a gemm epilogue (detail::linear_with_bias) and its gradient the
+// row-sum epilogue of the weight gradient's gemm (kernels.h, GemmArgs).
 #include "heed/autocast.h"
 #include "heed/autograd.h"
 #include "heed/ops.h"
@@ -88,10 +90,28 @@ GemmOperand make_operand(const Tensor& t, const Dims& batch_shape) {
   return op;
 }
 
-// Forward of a matmul of two >= 2-D tensors of the same floating dtype (no autograd). With
-// `bias` (1-D, the output's last dim, the compute dtype): out = a @ b + bias, the bias written
-// into the output first and the gemm accumulating onto it (beta = 1): no second pass.
-Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
+// What matmul_raw adds to the product (kernels.h, GemmArgs).
+struct Epilogue {
+  Tensor bias;  // (N), detached
+  kernels::GemmActivation activation = kernels::GemmActivation::None;
+  Tensor* pre_activation = nullptr;  // receives z, the activation's input (with an activation)
+  Tensor* a_row_sums = nullptr;      // receives the row sums of a, or stays undefined
+};
+
+kernels::UnaryOp unary_row_of(kernels::GemmActivation activation) {
+  return activation == kernels::GemmActivation::GeluTanh ? kernels::UnaryOp::GeluTanh : kernels::UnaryOp::GeluErf;
+}
+
+// Forward of a matmul of two >= 2-D tensors of the same floating dtype (no autograd), in the
+// device's gemm dtype (16-bit operands widened on the CPU only). With a bias (1-D, the output's
+// last dim): out = a @ b + bias, in the gemm's bias epilogue when the product is one gemm, else
+// written into the output first with the gemm accumulating onto it (beta = 1): never a second
+// pass. With an activation: out = gelu(z), z = a @ b (+ bias) handed back in *pre_activation, the
+// GELU in the gemm's epilogue when the product is one gemm (else a pass after it). With
+// a_row_sums and a product that is one gemm (and no other epilogue): *a_row_sums = the row sums
+// of a (its last dim summed), from the gemm's row-sum epilogue; left undefined otherwise (the
+// caller sums itself).
+Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = Epilogue()) {
   const int na = a.dim(), nb = b.dim();
   const int64_t m = a.shape()[na - 2], k = a.shape()[na - 1], n = b.shape()[nb - 1];
   const Dims batch_a(a.shape().begin(), a.shape().begin() + na - 2);
@@ -101,13 +121,28 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(
   out_shape.push_back(m);
   out_shape.push_back(n);
   const DType dtype = a.dtype();
-  const DType compute = detail::compute_dtype(dtype);
+  const DType compute = detail::gemm_dtype(dtype, a.device());
   Tensor out = detail::make_empty(out_shape, compute, a.device());
-  if (out.numel() == 0) return dtype == compute ? out : out.to(dtype);
-  if (bias.defined()) out.copy_(bias.expand(out_shape));  // (bias comes detached)
+  const kernels::GemmActivation activation = epilogue.activation;
+  // The activation as a pass of its own over z (products that are not one gemm, K = 0).
+  const auto activation_pass = [&](const Tensor& z) {
+    Tensor h = detail::make_empty(out_shape, compute, a.device());
+    HEED_KERNEL(a.device(), unary)(unary_row_of(activation), compute, z.raw_data(), h.raw_data(), h.numel(), 0.0);
+    return h;
+  };
+  // Hands z back and returns the result in the operands' dtype.
+  const auto finish = [&](const Tensor& result, const Tensor& z) {
+    if (epilogue.pre_activation) *epilogue.pre_activation = dtype == compute ? z : z.to(dtype);
+    return dtype == compute ? result : result.to(dtype);
+  };
+  if (out.numel() == 0) return finish(out, out);
+  const Tensor bias_c = epilogue.bias.defined() ? epilogue.bias.to(compute).contiguous() : Tensor();
   if (k == 0) {
-    if (!bias.defined()) out.fill_(0.0);
-    return dtype == compute ? out : out.to(dtype);
+    if (bias_c.defined())
+      out.copy_(bias_c.expand(out_shape));
+    else
+      out.fill_(0.0);
+    return activation == kernels::GemmActivation::None ? finish(out, out) : finish(activation_pass(out), out);
   }
   const Tensor A = dtype == compute ? a : a.to(compute);
   const Tensor B = dtype == compute ? b : b.to(compute);
@@ -121,27 +156,23 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(
   args.ldc = n;
   args.batch = shape_numel(batch);
   args.batch_stride_c = m * n;
-  args.beta = bias.defined() ? 1.0 : 0.0;
-  bool done = false;
   // (..., M, K) @ (K, N) with row-major left rows: one gemm over all B*M rows.
-  if (batch_b.empty() && !batch.empty()) {
-    Tensor a_rows = A.is_contiguous() ? A : Tensor();
-    if (a_rows.defined()) {
-      GemmOperand ob = make_operand(B, {});
-      args.m = m * args.batch;
-      args.batch = 1;
-      args.a = a_rows.raw_data();
-      args.lda = k;
-      args.trans_a = false;
-      args.b = ob.data;
-      args.ldb = ob.ld;
-      args.trans_b = ob.trans;
-      HEED_KERNEL(a.device(), gemm)(args);
-      done = true;
-    }
+  Tensor a_rows = batch_b.empty() && !batch.empty() && A.is_contiguous() ? A : Tensor();
+  if (a_rows.defined()) {
+    GemmOperand ob = make_operand(B, {});
+    args.m = m * args.batch;
+    args.batch = 1;
+    args.a = a_rows.raw_data();
+    args.lda = k;
+    args.trans_a = false;
+    args.b = ob.data;
+    args.ldb = ob.ld;
+    args.trans_b = ob.trans;
   }
-  if (!done) {
-    GemmOperand oa = make_operand(A, batch), ob = make_operand(B, batch);
+  GemmOperand oa, ob;  // keep copied operands alive through the call
+  if (!a_rows.defined()) {
+    oa = make_operand(A, batch);
+    ob = make_operand(B, batch);
     args.a = oa.data;
     args.lda = oa.ld;
     args.trans_a = oa.trans;
@@ -150,9 +181,31 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(
     args.ldb = ob.ld;
     args.trans_b = ob.trans;
     args.batch_stride_b = ob.batch_stride;
-    HEED_KERNEL(a.device(), gemm)(args);
   }
-  return dtype == compute ? out : out.to(dtype);
+  if (bias_c.defined()) {
+    if (args.batch == 1) {
+      args.bias = bias_c.raw_data();
+    } else {
+      out.copy_(bias_c.expand(out_shape));
+      args.beta = 1.0;
+    }
+  }
+  Tensor row_sums, z;
+  if (epilogue.a_row_sums && args.batch == 1 && !bias_c.defined() && activation == kernels::GemmActivation::None) {
+    row_sums = detail::make_empty({args.m}, compute, a.device());
+    args.a_row_sums = row_sums.raw_data();
+  }
+  if (activation != kernels::GemmActivation::None && args.batch == 1) {
+    z = detail::make_empty(out_shape, compute, a.device());
+    args.activation = activation;
+    args.pre_activation = z.raw_data();
+  }
+  HEED_KERNEL(a.device(), gemm)(args);
+  if (epilogue.a_row_sums)
+    *epilogue.a_row_sums = row_sums.defined() && dtype != compute ? row_sums.to(dtype) : row_sums;
+  if (activation == kernels::GemmActivation::None) return finish(out, out);
+  if (!z.defined()) return finish(activation_pass(out), out);
+  return finish(out, z);
 }
 
 // What the backward of out = a @ b (+ bias) keeps, and the gradients it computes from dC.
@@ -174,8 +227,11 @@ struct MatmulBackward {
         shape_b(b.shape()),
         b_transposed(shape_b.size() == 2 && b.strides()[0] == 1 && b.strides()[1] == shape_b[0]) {}
 
-  // {dA, dB} from dC (undefined where not needed).
-  std::vector<Tensor> operator()(const Tensor& g) const {
+  // {dA, dB} from dC (undefined where not needed). With `row_sums_of_g` (Linear's bias gradient,
+  // dC summed over every dim but the last): filled from the dB gemm's row-sum epilogue when dB is
+  // computed in b's transposed layout (dB^T = dC^T A, whose A operand is dC^T); left undefined
+  // otherwise.
+  std::vector<Tensor> operator()(const Tensor& g, Tensor* row_sums_of_g = nullptr) const {
     Tensor ga, gb;
     if (need_a) {
       Tensor b = saved_b.get();
@@ -188,7 +244,9 @@ struct MatmulBackward {
         // (or (dC^T A)^T, the same product written in b's transposed layout).
         const int64_t k = shape_a.back(), n = g.shape().back();
         const Tensor a_rows = a.reshape({-1, k}), g_rows = g.reshape({-1, n});
-        gb = b_transposed ? matmul_raw(g_rows.t(), a_rows).t() : matmul_raw(a_rows.t(), g_rows);
+        Epilogue sums;
+        sums.a_row_sums = row_sums_of_g;
+        gb = b_transposed ? matmul_raw(g_rows.t(), a_rows, sums).t() : matmul_raw(a_rows.t(), g_rows);
       } else {
         gb = sum_to(matmul_raw(a.transpose(-1, -2), g), shape_b);
       }
@@ -209,20 +267,78 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 // x (..., K) @ w_t (K, N) + bias (N) in one gemm (the bias epilogue), one recorded "linear" node:
-// its backward is the matmul's plus the bias's row sum. The caller checks that x, w_t and bias
-// share one device and a dtype computed as itself (float32/float64), outside autocast.
+// its backward is the matmul's plus the bias's row sum, taken from the weight gradient's gemm
+// (its row-sum epilogue) when the weight needs a gradient too. The caller checks that x, w_t and
+// bias share one device and a dtype the device's gemm takes as it is (gemm_dtype).
 Tensor detail::linear_with_bias(const Tensor& x, const Tensor& w_t, const Tensor& bias) {
   const Tensor a = x.dim() == 1 ? x.unsqueeze(0) : x;
-  Tensor out = matmul_raw(a.detach(), w_t.detach(), bias.detach().contiguous());
+  Epilogue with_bias;
+  with_bias.bias = bias.detach();
+  Tensor out = matmul_raw(a.detach(), w_t.detach(), with_bias);
   if (any_requires_grad({&a, &w_t, &bias})) {
     const bool need_bias = bias.requires_grad();
     const Dims bias_shape = bias.shape();
     detail::record("linear", {&a, &w_t, &bias}, out,
                    [backward = MatmulBackward(a, w_t, "linear"), need_bias, bias_shape](const Tensor& g) {
-                     std::vector<Tensor> grads = backward(g);
-                     grads.push_back(need_bias ? sum_to(g, bias_shape) : Tensor());
+                     Tensor bias_grad;
+                     std::vector<Tensor> grads = backward(g, need_bias ? &bias_grad : nullptr);
+                     if (need_bias && !bias_grad.defined()) bias_grad = sum_to(g, bias_shape);
+                     grads.push_back(bias_grad);
                      return grads;
                    });
+  }
+  return x.dim() == 1 ? out.squeeze(0) : out;
+}
+
+// gelu(x (..., K) @ w_t (K, N) (+ bias (N))) with the GELU in the gemm's epilogue, one recorded
+// "linear_gelu" node that keeps z, the GELU's input (as the separate gelu op would). Backward:
+// dz = g * gelu'(z) (the unary row's backward kernel), then the linear's backward on dz, the bias
+// gradient from the weight gradient's gemm. The caller checks devices and dtypes as for
+// linear_with_bias (bias may be undefined).
+Tensor detail::linear_gelu_fused(const Tensor& x, const Tensor& w_t, const Tensor& bias,
+                                 GeluApproximation approximation) {
+  const Tensor a = x.dim() == 1 ? x.unsqueeze(0) : x;
+  Epilogue gelu;
+  gelu.bias = bias.defined() ? bias.detach() : Tensor();
+  gelu.activation =
+      approximation == GeluApproximation::Tanh ? kernels::GemmActivation::GeluTanh : kernels::GemmActivation::GeluErf;
+  Tensor z;
+  gelu.pre_activation = &z;
+  Tensor out = matmul_raw(a.detach(), w_t.detach(), gelu);
+  const bool with_bias = bias.defined();
+  if (any_requires_grad({&a, &w_t}) || (with_bias && bias.requires_grad())) {
+    const bool need_bias = with_bias && bias.requires_grad();
+    const Dims bias_shape = with_bias ? bias.shape() : Dims{};
+    const kernels::UnaryOp row = unary_row_of(gelu.activation);
+    SavedTensor saved_z(z, "linear_gelu");
+    auto backward = [linear = MatmulBackward(a, w_t, "linear_gelu"), saved_z, row, with_bias, need_bias,
+                     bias_shape](const Tensor& g) {
+      const Tensor z = saved_z.get();
+      const Tensor g_z = (g.dtype() == z.dtype() ? g : g.to(z.dtype())).contiguous();
+      Tensor dz = detail::make_empty(z.shape(), z.dtype(), z.device());
+      const DType compute = detail::compute_dtype(z.dtype());
+      if (compute == z.dtype()) {
+        if (dz.numel() > 0)
+          HEED_KERNEL(z.device(), unary_backward)
+          (row, z.dtype(), g_z.raw_data(), z.raw_data(), dz.raw_data(), dz.numel(), 0.0);
+      } else {  // 16-bit: the derivative in float32, as the unary rows compute it
+        const Tensor g32 = g_z.to(compute), z32 = z.to(compute);
+        Tensor dz32 = detail::make_empty(z.shape(), compute, z.device());
+        if (dz32.numel() > 0)
+          HEED_KERNEL(z.device(), unary_backward)
+          (row, compute, g32.raw_data(), z32.raw_data(), dz32.raw_data(), dz32.numel(), 0.0);
+        dz = dz32.to(z.dtype());
+      }
+      Tensor bias_grad;
+      std::vector<Tensor> grads = linear(dz, need_bias ? &bias_grad : nullptr);
+      if (need_bias && !bias_grad.defined()) bias_grad = sum_to(dz, bias_shape);
+      if (with_bias) grads.push_back(bias_grad);
+      return grads;
+    };
+    if (with_bias)
+      detail::record("linear_gelu", {&a, &w_t, &bias}, out, backward);
+    else
+      detail::record("linear_gelu", {&a, &w_t}, out, backward);
   }
   return x.dim() == 1 ? out.squeeze(0) : out;
 }

@@ -4,6 +4,8 @@
 // Invariants: softmax-family kernels work on contiguous rows along the last dim (another
 // dim is transposed there and back); cross_entropy saves only the per-row log-sum-exp;
 // dropout saves only its Philox (seed, offset) and regenerates the mask in backward.
+// linear_gelu is linear followed by gelu with the GELU in the gemm's epilogue (one node that keeps
+// the GELU's input, as gelu alone would).
 // Under amp::Autocast, linear computes in the autocast dtype and the softmax family in
 // float32 (cross_entropy always computes 16-bit logits in float32 and returns float32).
 #include <cmath>
@@ -73,19 +75,53 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (bias.defined())
     HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear", "bias must have shape [{}], got {}",
                weight.shape()[0], shape_str(bias.shape()));
+  // The bias as the gemm's epilogue (and its gradient in the weight gradient's gemm) when the
+  // device's gemm takes the dtype as it is.
+  const auto fused_bias = [](const Tensor& in, const Tensor& w, const Tensor& b) {
+    return b.defined() && in.dtype() == w.dtype() && b.dtype() == in.dtype() && b.device() == in.device() &&
+           detail::gemm_dtype(in.dtype(), in.device()) == in.dtype();
+  };
   if (amp::autocast_enabled()) [[unlikely]] {
     // Input, weight and bias in the autocast dtype; the weight and bias (parameters) are
     // converted once per scope through the cast cache, before the transposed view is taken.
+    const Tensor x_cast = amp::cast_to_autocast_dtype(x);
     const Tensor w = amp::cast_to_autocast_dtype(weight);
-    Tensor out = matmul(amp::cast_to_autocast_dtype(x), w.t());
-    return bias.defined() ? out + amp::cast_to_autocast_dtype(bias) : out;
+    const Tensor b = bias.defined() ? amp::cast_to_autocast_dtype(bias) : Tensor();
+    if (fused_bias(x_cast, w, b)) return detail::linear_with_bias(x_cast, w.t(), b);
+    Tensor out = matmul(x_cast, w.t());
+    return b.defined() ? out + b : out;
   }
-  if (bias.defined() && x.dtype() == weight.dtype() && bias.dtype() == x.dtype() &&
-      detail::compute_dtype(x.dtype()) == x.dtype() && bias.device() == x.device())
-    return detail::linear_with_bias(x, weight.t(), bias);  // the bias as the gemm's epilogue
+  if (fused_bias(x, weight, bias)) return detail::linear_with_bias(x, weight.t(), bias);
   Tensor out = matmul(x, weight.t());
   if (bias.defined()) out = out + bias;
   return out;
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, GeluApproximation approximation) {
+  HEED_PROFILE_OP("linear_gelu", &x, &weight);
+  detail::check_defined(x, "linear_gelu");
+  detail::check_defined(weight, "linear_gelu", "weight");
+  detail::check_floating(x, "linear_gelu");
+  detail::check_floating(weight, "linear_gelu");
+  detail::check_same_device(x, weight, "linear_gelu");
+  HEED_CHECK(weight.dim() == 2, "linear_gelu", "weight must be 2-D (out_features, in_features), got shape {}",
+             shape_str(weight.shape()));
+  HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear_gelu",
+             "input of shape {} does not match weight of shape {}: expected input.size(-1) == {}", shape_str(x.shape()),
+             shape_str(weight.shape()), weight.shape()[1]);
+  if (bias.defined())
+    HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear_gelu",
+               "bias must have shape [{}], got {}", weight.shape()[0], shape_str(bias.shape()));
+  const bool autocast = amp::autocast_enabled();
+  const Tensor x_in = autocast ? amp::cast_to_autocast_dtype(x) : x;
+  const Tensor w = autocast ? amp::cast_to_autocast_dtype(weight) : weight;
+  const Tensor b = bias.defined() && autocast ? amp::cast_to_autocast_dtype(bias) : bias;
+  // The fused kernel takes one dtype the device's gemm computes as it is; otherwise the two ops.
+  const bool fused = x_in.dtype() == w.dtype() &&
+                     (!b.defined() || (b.dtype() == x_in.dtype() && b.device() == x_in.device())) &&
+                     detail::gemm_dtype(x_in.dtype(), x_in.device()) == x_in.dtype();
+  if (fused) return detail::linear_gelu_fused(x_in, w.t(), b, approximation);
+  return heed::gelu(linear(x_in, w, b), approximation);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {

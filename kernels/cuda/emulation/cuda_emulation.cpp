@@ -762,3 +762,263 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   }
   return CUBLAS_STATUS_SUCCESS;
 }
+
+// ---- cuBLASLt -------------------------------------------------------------------------------------
+
+namespace {
+// cuBLASLt's GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in the compute type.
+template <typename C>
+C gelu_tanh_form(C x) {
+  const C u = C(0.7978845608028654) * (x + C(0.044715) * x * x * x);
+  return C(0.5) * x * (C(1) + std::tanh(u));
+}
+}  // namespace
+
+struct heed_emu_cublaslt_context {
+  int unused = 0;
+};
+struct heed_emu_lt_desc {
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  int epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;
+  int bias_type = -1;  // -1: D's type
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+};
+struct heed_emu_lt_layout {
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct heed_emu_lt_preference {
+  uint64_t workspace = 0;
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new heed_emu_cublaslt_context();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
+  if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
+  // The scale type cuBLASLt requires for each compute type heed uses.
+  if ((compute == CUBLAS_COMPUTE_64F) != (scale == CUDA_R_64F)) return CUBLAS_STATUS_INVALID_VALUE;
+  *desc = new heed_emu_lt_desc{compute, scale};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+template <typename T>
+cublasStatus_t read_attribute(const void* value, size_t bytes, T* out) {
+  if (!value || bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(out, value, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                                              const void* value, size_t bytes) {
+  if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attribute) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return read_attribute(value, bytes, &desc->trans_a);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return read_attribute(value, bytes, &desc->trans_b);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      uint32_t epilogue = 0;
+      const cublasStatus_t status = read_attribute(value, bytes, &epilogue);
+      desc->epilogue = static_cast<int>(epilogue);
+      return status;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return read_attribute(value, bytes, &desc->bias);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return read_attribute(value, bytes, &desc->aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return read_attribute(value, bytes, &desc->aux_ld);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: {
+      int32_t type = 0;
+      const cublasStatus_t status = read_attribute(value, bytes, &type);
+      desc->bias_type = type;
+      return status;
+    }
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (!layout || ld < static_cast<int64_t>(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+  *layout = new heed_emu_lt_layout{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference) {
+  if (!preference) return CUBLAS_STATUS_INVALID_VALUE;
+  *preference = new heed_emu_lt_preference();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference) {
+  delete preference;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
+                                                    size_t bytes) {
+  if (!preference) return CUBLAS_STATUS_INVALID_VALUE;
+  uint32_t alignment = 0;
+  switch (attribute) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+      return read_attribute(value, bytes, &preference->workspace);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+      return read_attribute(value, bytes, &alignment);  // any alignment has an algorithm here
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+namespace {
+// The problem a desc and its layouts describe, checked: op(A) (m, k), op(B) (k, n), D (m, n).
+cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                          cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, uint64_t* m, uint64_t* n, uint64_t* k) {
+  if (!desc || !a || !b || !c || !d) return CUBLAS_STATUS_INVALID_VALUE;
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS &&
+      desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX && desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+      desc->epilogue != CUBLASLT_EPILOGUE_BGRADB)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (a->type != b->type || c->type != d->type || a->type != d->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if ((desc->compute == CUBLAS_COMPUTE_64F) != (a->type == CUDA_R_64F)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (desc->bias_type != -1 && desc->bias_type != d->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *m = desc->trans_a == CUBLAS_OP_N ? a->rows : a->cols;
+  *k = desc->trans_a == CUBLAS_OP_N ? a->cols : a->rows;
+  *n = desc->trans_b == CUBLAS_OP_N ? b->cols : b->rows;
+  const uint64_t kb = desc->trans_b == CUBLAS_OP_N ? b->rows : b->cols;
+  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (gelu && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<int64_t>(d->rows))) {
+    std::fprintf(stderr, "heed CUDA emulator: GELU auxiliary leading dimension %lld (rows %llu; a multiple of 8)\n",
+                 static_cast<long long>(desc->aux_ld), static_cast<unsigned long long>(d->rows));
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (kb != *k || d->rows != *m || d->cols != *n || c->rows != *m || c->cols != *n || c->ld != d->ld) {
+    std::fprintf(stderr,
+                 "heed CUDA emulator: cublasLt layouts do not match: op(A) %llu x %llu, op(B) %llu x %llu, D %llu x "
+                 "%llu\n",
+                 static_cast<unsigned long long>(*m), static_cast<unsigned long long>(*k),
+                 static_cast<unsigned long long>(kb), static_cast<unsigned long long>(*n),
+                 static_cast<unsigned long long>(d->rows), static_cast<unsigned long long>(d->cols));
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t preference, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!preference || requested < 1 || !results || !returned) return CUBLAS_STATUS_INVALID_VALUE;
+  uint64_t m = 0, n = 0, k = 0;
+  const cublasStatus_t status = lt_problem(desc, a, b, c, d, &m, &n, &k);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  results[0].algo.data[0] = 0x6865656400000001ull;  // "heed", algorithm 1
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t a_layout, const void* B, cublasLtMatrixLayout_t b_layout,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t c_layout, void* D,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(heed_emu::big_lock());
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  uint64_t m = 0, n = 0, k = 0;
+  const cublasStatus_t status = lt_problem(desc, a_layout, b_layout, c_layout, d_layout, &m, &n, &k);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  if (!algo || algo->data[0] != 0x6865656400000001ull || stream != nullptr || !alpha || !beta ||
+      heed_emu::in_arena(alpha) || heed_emu::in_arena(beta) || C != D)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool with_bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS || desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool has_vector = with_bias || desc->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if ((k > 0 && (!heed_emu::in_arena(A) || !heed_emu::in_arena(B))) || !heed_emu::in_arena(D) ||
+      (has_vector && !heed_emu::in_arena(desc->bias)) || (gelu && !heed_emu::in_arena(desc->aux)) ||
+      (workspace_bytes > 0 && !heed_emu::in_arena(workspace))) {
+    std::fprintf(stderr, "heed CUDA emulator: cublasLtMatmul with a host pointer (or no bias vector)\n");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  struct GuardCheck {
+    ~GuardCheck() {
+      DeviceAccess access;
+      heed_emu::check_guards("cublasLtMatmul");
+    }
+  } guard_check;
+  const bool compute64 = desc->compute == CUBLAS_COMPUTE_64F;
+  const double a_scale = compute64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  const double b_scale = compute64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  const bool tf32 = desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a_layout->type == CUDA_R_32F;
+  const cudaDataType type = d_layout->type;
+  const auto accumulate = [compute64](double acc, double value) {
+    return compute64 ? acc + value : static_cast<double>(static_cast<float>(acc + value));
+  };
+  const auto op_a = [&](uint64_t i, uint64_t p) {
+    const long long at = desc->trans_a == CUBLAS_OP_N ? static_cast<long long>(i + p * a_layout->ld)
+                                                      : static_cast<long long>(p + i * a_layout->ld);
+    const double v = read_element(A, type, at);
+    return tf32 ? to_tf32(v) : v;
+  };
+  const auto op_b = [&](uint64_t p, uint64_t j) {
+    const long long at = desc->trans_b == CUBLAS_OP_N ? static_cast<long long>(p + j * b_layout->ld)
+                                                      : static_cast<long long>(j + p * b_layout->ld);
+    const double v = read_element(B, type, at);
+    return tf32 ? to_tf32(v) : v;
+  };
+  DeviceAccess access;
+  // BGRADB reads op(B) before D is written (D may not alias B in heed, but stay safe).
+  if (desc->epilogue == CUBLASLT_EPILOGUE_BGRADB)
+    for (uint64_t j = 0; j < n; ++j) {
+      double sum = 0.0;
+      for (uint64_t p = 0; p < k; ++p) sum = accumulate(sum, op_b(p, j));
+      write_element(desc->bias, type, static_cast<long long>(j), sum);
+    }
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t i = 0; i < m; ++i) {
+      double acc = 0.0;
+      for (uint64_t p = 0; p < k; ++p) acc = accumulate(acc, op_a(i, p) * op_b(p, j));
+      const long long at = static_cast<long long>(i + j * d_layout->ld);
+      double v = compute64 ? a_scale * acc : static_cast<float>(a_scale * acc);
+      if (b_scale != 0.0)
+        v = accumulate(v, compute64 ? b_scale * read_element(C, type, at)
+                                    : static_cast<float>(b_scale * read_element(C, type, at)));
+      if (with_bias) v = accumulate(v, read_element(desc->bias, type, static_cast<long long>(i)));
+      if (gelu) {
+        write_element(desc->aux, type, static_cast<long long>(i + j * desc->aux_ld), v);
+        v = compute64 ? gelu_tanh_form(v) : static_cast<float>(gelu_tanh_form(static_cast<float>(v)));
+      }
+      write_element(D, type, at, v);
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}

@@ -32,7 +32,9 @@
 //    float32 in k order, starting from C. Loads and stores check the 32-byte alignment and the
 //    leading dimension (a multiple of 16 bytes) that the hardware requires.
 //  * The cuBLAS substitute accumulates float32 GEMMs in float32 (float64 ones in float64), in
-//    k order; TF32 mode rounds the operands to 10 mantissa bits first.
+//    k order; TF32 mode rounds the operands to 10 mantissa bits first. The cuBLASLt substitute
+//    (cublasLtMatmul with the BIAS and BGRADB epilogues only) accumulates the same way and
+//    checks its layouts, pointers and attributes as the cuBLAS one does.
 // The emulated device reports 4 multiprocessors (grids stay small, so grid-stride loops are
 // exercised) and H100 shared memory limits; HEED_CUDA_EMULATION_DEVICES=0 in the environment
 // makes it report no device, HEED_CUDA_EMULATION_SMEM=<bytes> another shared memory limit.
@@ -151,6 +153,84 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
                                           long long strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t algo);
+
+// ---- cuBLASLt subset (cublasLtMatmul with the BIAS, GELU_AUX(_BIAS) and BGRADB epilogues) ------
+// Column-major as cuBLASLt: D (m, n) = alpha op(A) op(B) + beta C, accumulated as the cuBLAS
+// substitute does (float32 in k order; float64 for CUBLAS_COMPUTE_64F); BIAS adds bias[i] to
+// row i of alpha op(A) op(B) before D is rounded to its type; GELU_AUX(_BIAS) writes that value
+// z to the auxiliary matrix (D's type, its own leading dimension, a multiple of 8 as cuBLASLt
+// requires) and the tanh-form GELU of z (in the compute type) to D; BGRADB writes
+// sum_p op(B)[p, j] (accumulated likewise) to the bias pointer, in D's type. C must be D (heed
+// never passes another), every other epilogue is NOT_SUPPORTED, and the heuristic always offers
+// one algorithm.
+
+typedef struct heed_emu_stream* cudaStream_t;
+struct heed_emu_cublaslt_context;
+typedef heed_emu_cublaslt_context* cublasLtHandle_t;
+struct heed_emu_lt_desc;
+typedef heed_emu_lt_desc* cublasLtMatmulDesc_t;
+struct heed_emu_lt_layout;
+typedef heed_emu_lt_layout* cublasLtMatrixLayout_t;
+struct heed_emu_lt_preference;
+typedef heed_emu_lt_preference* cublasLtMatmulPreference_t;
+typedef struct {
+  uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef struct {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+enum cublasLtMatmulDescAttributes_t : int {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
+};
+enum cublasLtMatmulPreferenceAttributes_t : int {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
+enum cublasLtEpilogue_t : int {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                                              const void* value, size_t bytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
+                                                    size_t bytes);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t preference, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t a_layout, const void* B, cublasLtMatrixLayout_t b_layout,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t c_layout, void* D,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream);
 
 // ---- kernels ----------------------------------------------------------------------------------
 
