@@ -1,6 +1,7 @@
 // layers/src/module.cpp — nn::Module bookkeeping.
 #include "heed/nn/module.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -85,9 +86,15 @@ NamedTensors Module::named_buffers(bool recurse) const {
   return out;
 }
 
+void Module::collect_unnamed(bool recurse, bool buffers, std::vector<Tensor>* out) const {
+  for (const auto& [name, t] : buffers ? buffers_ : parameters_) out->push_back(t);
+  if (!recurse) return;
+  for (const auto& [name, child] : children_) child->collect_unnamed(true, buffers, out);
+}
+
 std::vector<Tensor> Module::parameters(bool recurse) const {
   std::vector<Tensor> out;
-  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  collect_unnamed(recurse, false, &out);
   return out;
 }
 
@@ -120,6 +127,14 @@ void Module::to(Device device) {
 }
 
 Device Module::device() const {
+  // The common case without names (charlm asks once per sampled token); the names only for the
+  // error below.
+  std::vector<Tensor> unnamed;
+  collect_unnamed(true, false, &unnamed);
+  collect_unnamed(true, true, &unnamed);
+  if (!unnamed.empty() && std::all_of(unnamed.begin(), unnamed.end(),
+                                      [&](const Tensor& t) { return t.device() == unnamed.front().device(); }))
+    return unnamed.front().device();
   NamedTensors tensors = named_parameters();
   for (auto& named : named_buffers()) tensors.push_back(std::move(named));
   HEED_CHECK(!tensors.empty(), "Module::device", "{} has no parameters or buffers, so it is on no device", type_name_);

@@ -74,6 +74,9 @@ class Module {
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name) const;
   void collect(const std::string& prefix, bool recurse, bool buffers, bool persistent_only, NamedTensors* out) const;
+  // The parameters (or buffers) of this module, then of its children depth first, in
+  // named_parameters() order, without building their dotted names.
+  void collect_unnamed(bool recurse, bool buffers, std::vector<Tensor>* out) const;
   void str_into(std::string* out, int indent) const;
 
   std::string type_name_;
