@@ -9,7 +9,8 @@
 #     scaled_dot_product_attention, correctness (float64 reference) and speed, up to
 #     B4 H16 T4096 D128 causal in bf16 and fp16 (TFLOP/s and the ratio);
 #  4. tools/gpu_lm_vs_torch.py: heed-bench lm on CUDA in bf16 against the same model in
-#     PyTorch eager (tokens/s and the ratio);
+#     PyTorch eager (tokens/s and the ratio); the same kind of step with Linear's cuBLASLt
+#     epilogues against heed's fallback kernels (--gemm-epilogues, side by side);
 #  5. charlm on CUDA for 200 iterations against the same run on the CPU (final validation loss
 #     and the loss curve);
 #  6. heed::dist with CUDA tensors: a 1-rank NCCL group and 2 ranks over Gloo via the host;
@@ -150,6 +151,35 @@ for args in "lm --vocab 256 --d 256 --heads 4 --layers 4 --seq 128 --batch 16 --
     record "heed-bench ${args%% *} float32 (cuda)" FAIL $(($(date +%s) - start)) "see heed_bench.log"
   fi
 done
+
+# Linear's cuBLASLt epilogues (bias, bias gradient, tanh GELU) against heed's fallback kernels
+# around plain cuBLAS, the same bf16 lm step side by side (alternately, three rounds).
+start=$(date +%s)
+epi_args="lm --vocab 8192 --d 768 --heads 12 --layers 4 --seq 512 --batch 8 --steps 10 --warmup 3 --device cuda \
+--amp bf16 --activation gelu_tanh"
+[ -n "$quick" ] && epi_args="lm --vocab 2048 --d 256 --heads 4 --layers 2 --seq 128 --batch 8 --steps 5 --warmup 2 \
+--device cuda --amp bf16 --activation gelu_tanh"
+epi_ok=1
+for round in 1 2 3; do
+  for mode in cublaslt fallback; do
+    if line=$("$bench" $epi_args --gemm-epilogues $mode 2>>"$out/heed_bench.log"); then
+      echo "$line" | tee -a "$out/epilogues.jsonl"
+    else
+      epi_ok=0
+    fi
+  done
+done
+detail=$("$python" - "$out/epilogues.jsonl" <<'PY' 2>/dev/null
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ms = {m: statistics.median(r["ms_per_step"] for r in rows if r["gemm_epilogues"] == m) for m in ("cublaslt", "fallback")}
+counts = next(r["epilogue_counts"] for r in rows if r["gemm_epilogues"] == "cublaslt")
+print(f"cuBLASLt {ms['cublaslt']:.2f} ms/step, fallback {ms['fallback']:.2f} ms/step "
+      f"({ms['fallback'] / ms['cublaslt']:.3f}x); cuBLASLt ran {counts}")
+PY
+)
+record "Linear epilogues: cuBLASLt vs fallback (lm bf16)" "$([ $epi_ok = 1 ] && echo ok || echo FAIL)" \
+  $(($(date +%s) - start)) "${detail:-see heed_bench.log}"
 
 # ---- 5. charlm on CUDA against the CPU ------------------------------------------------------------
 start=$(date +%s)

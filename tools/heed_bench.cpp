@@ -65,11 +65,13 @@ struct Options {
   std::string kind;
   int64_t vocab = 256, d = 256, heads = 4, layers = 4, seq = 128, batch = 16, steps = 10, warmup = 3, threads = 2;
   int64_t m = 1024, n = 1024, k = 1024;
-  std::string device = "cpu";  // lm and attn: cpu or cuda
-  std::string profile_path;    // lm and attn: Chrome trace of extra profiled steps
-  bool memory = false;         // lm and attn: print heed::memory_stats after the timed steps
-  bool recompute = false;      // lm: checkpoint every block (TransformerLMOptions::recompute)
-  std::string amp = "none";    // lm: none, bf16 or fp16 (autocast; fp16 with a GradScaler)
+  std::string device = "cpu";               // lm and attn: cpu or cuda
+  std::string profile_path;                 // lm and attn: Chrome trace of extra profiled steps
+  bool memory = false;                      // lm and attn: print heed::memory_stats after the timed steps
+  bool recompute = false;                   // lm: checkpoint every block (TransformerLMOptions::recompute)
+  std::string amp = "none";                 // lm: none, bf16 or fp16 (autocast; fp16 with a GradScaler)
+  std::string activation = "gelu";          // lm: the feed-forward activation (gelu, gelu_tanh, relu)
+  std::string gemm_epilogues = "cublaslt";  // lm on CUDA: Linear's epilogues in cuBLASLt or heed's fallback
 };
 
 // `, "tensor_peak_mb": ..., "peak_by_category_mb": {...}` (heed::memory_stats since the last
@@ -133,7 +135,12 @@ int lm_case(const Options& o) {
   mo.context = o.seq;
   mo.layout = nn::ProjectionLayout::FusedQKV;
   mo.recompute = o.recompute;
+  mo.activation = o.activation == "gelu_tanh" ? nn::Activation::GELUTanh
+                  : o.activation == "relu"    ? nn::Activation::ReLU
+                                              : nn::Activation::GELU;
   const Device device = parse_device(o.device);
+  cuda::set_gemm_epilogues_cublaslt(o.gemm_epilogues == "cublaslt");
+  const cuda::GemmEpilogueCounts epilogues_before = cuda::gemm_epilogue_counts();
   nn::TransformerLM model(mo);
   model.to(device);
   optim::AdamW opt(model.parameters(), {.lr = 3e-4});
@@ -180,17 +187,30 @@ int lm_case(const Options& o) {
   std::string memory = memory_fields(o);
   if (o.memory) memory += fmt::format(", \"peak_rss_mb_by_step\": [{}]", fmt::join(peak_rss_mb_by_step, ", "));
   const std::string profiled = profile_steps(o, step);
+  // On CUDA: how Linear's epilogues ran over every step (test_cuda checks both paths).
+  std::string epilogues;
+  if (device.is_cuda()) {
+    const cuda::GemmEpilogueCounts e = cuda::gemm_epilogue_counts();
+    epilogues = fmt::format(
+        ", \"gemm_epilogues\": \"{}\", \"epilogue_counts\": {{\"cublaslt_bias\": {}, \"cublaslt_bias_grad\": {}, "
+        "\"cublaslt_gelu\": {}, \"fallback_bias\": {}, \"fallback_bias_grad\": {}, \"fallback_gelu\": {}}}",
+        o.gemm_epilogues, e.cublaslt_bias - epilogues_before.cublaslt_bias,
+        e.cublaslt_bias_grad - epilogues_before.cublaslt_bias_grad, e.cublaslt_gelu - epilogues_before.cublaslt_gelu,
+        e.fallback_bias - epilogues_before.fallback_bias, e.fallback_bias_grad - epilogues_before.fallback_bias_grad,
+        e.fallback_gelu - epilogues_before.fallback_gelu);
+  }
   const double C = static_cast<double>(o.d), L = static_cast<double>(o.layers), V = static_cast<double>(o.vocab),
                BT = static_cast<double>(o.batch * o.seq), T = static_cast<double>(o.seq);
   const double n_params = L * (12.0 * C * C) + C * V;
   const double flops = 6.0 * n_params * BT + 6.0 * 2.0 * L * BT * T * C;
   std::printf(
-      "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld%s%s\", \"device\": \"%s\", \"ms_per_step\": %.2f, "
-      "\"tokens_per_s\": %.0f, \"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s%s}\n",
+      "{\"case\": \"lm d%lld h%lld L%lld T%lld B%lld%s%s%s\", \"device\": \"%s\", \"ms_per_step\": %.2f, "
+      "\"tokens_per_s\": %.0f, \"gflops\": %.1f, \"peak_rss_mb\": %ld%s%s%s%s}\n",
       static_cast<long long>(o.d), static_cast<long long>(o.heads), static_cast<long long>(o.layers),
       static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.recompute ? " recompute" : "",
-      amp_dtype ? (" amp " + o.amp).c_str() : "", device.str().c_str(), ms, BT / ms * 1e3, flops / ms / 1e6,
-      peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(), machine_fields().c_str());
+      amp_dtype ? (" amp " + o.amp).c_str() : "", o.activation == "gelu" ? "" : (" " + o.activation).c_str(),
+      device.str().c_str(), ms, BT / ms * 1e3, flops / ms / 1e6, peak_rss_kb() / 1024, memory.c_str(), profiled.c_str(),
+      epilogues.c_str(), machine_fields().c_str());
   return 0;
 }
 
@@ -310,6 +330,12 @@ int main(int argc, char** argv) {
   args.add_flag("memory", &o.memory, "print heed::memory_stats (live and peak bytes by category) on stderr (lm)");
   args.add_string("amp", &o.amp, "lm: mixed precision (autocast; fp16 with a GradScaler), as torch.autocast",
                   {"none", "bf16", "fp16"});
+  args.add_string("activation", &o.activation, "lm: the feed-forward activation (gelu is the erf form)",
+                  {"gelu", "gelu_tanh", "relu"});
+  args.add_string("gemm-epilogues", &o.gemm_epilogues,
+                  "lm on CUDA: Linear's bias, bias-gradient and GELU epilogues in cuBLASLt, or in heed's fallback "
+                  "kernels around plain cuBLAS (for a side-by-side figure)",
+                  {"cublaslt", "fallback"});
   args.add_flag("recompute", &o.recompute,
                 "lm: checkpoint every block (backward recomputes its forward instead of keeping its activations)");
   args.add_string("profile", &o.profile_path,
