@@ -109,8 +109,9 @@ using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t 
 // C = alpha * op(A) @ op(B) + beta * C, row-major, repeated over `batch` with element strides
 // between batches (stride 0 broadcasts). dtype float32 or float64 (CPU); the CUDA backend also
 // takes float16/bfloat16 operands and C, accumulating in float32.
-// Epilogues (the row sums alone, or bias and/or activation; batch == 1 and k >= 1 only; Linear's
-// forward and weight gradient), in C's dtype:
+// Epilogues (the row sums alone, or bias and/or activation; batch == 1, beta == 0 and k >= 1
+// only; with m == 0 or n == 0 nothing is written; Linear's forward and weight gradient), in C's
+// dtype:
 //  * bias (n elements, contiguous; beta must be 0): C = alpha * op(A) @ op(B) + bias, the bias
 //    added to every row with no second pass over C (CUDA: cuBLASLt's BIAS epilogue; CPU: C
 //    filled with the bias block by block before each block's gemm accumulates onto it).
@@ -120,7 +121,7 @@ using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t 
 //    GELU_AUX(_BIAS) epilogue for the tanh form, whose GELU that is; the erf form as the gemm
 //    into pre_activation and the unary kernel after it; CPU: block by block while the block of
 //    z is in cache).
-//  * a_row_sums (m elements, contiguous; written, not accumulated, not scaled by alpha):
+//  * a_row_sums (m elements, contiguous; written, not accumulated; alpha must be 1):
 //    sum_p op(A)[i, p], the bias gradient of a Linear whose weight gradient is this gemm
 //    (op(A) = dY^T) (CUDA: cuBLASLt's BGRADB epilogue, summed in float32; CPU: in float64).
 enum class GemmActivation : uint8_t { None, GeluErf, GeluTanh };

@@ -290,10 +290,11 @@ void check_gemm_epilogues(DType dtype, double rtol) {
         }
         CHECK(bad == 0);
 
-        // Row-sum epilogue (not scaled by alpha), next to a plain product.
+        // Row-sum epilogue (alpha 1), next to a plain product.
         std::vector<T> sums(static_cast<size_t>(m) + 1, std::numeric_limits<T>::quiet_NaN());
         std::fill(c.begin(), c.end(), std::numeric_limits<T>::quiet_NaN());
         args.bias = nullptr;
+        args.alpha = 1.0;
         args.a_row_sums = sums.data();
         kernels::cpu::gemm(args);
         for (int64_t i = 0; i < m; ++i) {
@@ -305,7 +306,7 @@ void check_gemm_epilogues(DType dtype, double rtol) {
           CHECK(std::abs(double(sums[static_cast<size_t>(i)]) - want) <= rtol * (magnitude + 1.0));
           double product = 0.0;
           for (int64_t p = 0; p < k; ++p) product += op_a(i, p) * op_b(p, n - 1);
-          CHECK(std::abs(double(c[static_cast<size_t>(i * ldc + n - 1)]) - 0.5 * product) <= rtol * (double(k) + 1.0));
+          CHECK(std::abs(double(c[static_cast<size_t>(i * ldc + n - 1)]) - product) <= rtol * (double(k) + 1.0));
         }
         CHECK(std::isnan(double(sums[static_cast<size_t>(m)])));  // nothing written past m
       }
@@ -328,6 +329,12 @@ TEST_CASE("gemm epilogues (CPU kernel): bias and the row sums of op(A) against f
     args.a_row_sums = &v;
     CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args),
                          doctest::Contains("heed::gemm: the row sums of A are an epilogue of their own"), Error);
+    args.bias = nullptr;
+    args.alpha = 2.0;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("the row-sum epilogue needs alpha 1 and beta 0"),
+                         Error);
+    args.alpha = 1.0;
+    args.bias = &v;
     args.a_row_sums = nullptr;
     args.activation = kernels::GemmActivation::GeluErf;
     CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("the activation epilogue needs pre_activation"),

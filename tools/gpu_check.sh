@@ -176,8 +176,11 @@ ms = {m: statistics.median(r["ms_per_step"] for r in rows if r["gemm_epilogues"]
 counts = next(r["epilogue_counts"] for r in rows if r["gemm_epilogues"] == "cublaslt")
 print(f"cuBLASLt {ms['cublaslt']:.2f} ms/step, fallback {ms['fallback']:.2f} ms/step "
       f"({ms['fallback'] / ms['cublaslt']:.3f}x); cuBLASLt ran {counts}")
+# Aligned bf16 shapes: cuBLASLt must have taken the bias, bias-gradient and GELU epilogues.
+sys.exit(0 if min(counts[k] for k in ("cublaslt_bias", "cublaslt_bias_grad", "cublaslt_gelu")) > 0 else 1)
 PY
 )
+[ $? = 0 ] || epi_ok=0
 record "Linear epilogues: cuBLASLt vs fallback (lm bf16)" "$([ $epi_ok = 1 ] && echo ok || echo FAIL)" \
   $(($(date +%s) - start)) "${detail:-see heed_bench.log}"
 

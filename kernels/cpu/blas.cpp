@@ -236,6 +236,9 @@ void gemm(const GemmArgs& args) {
   const bool activation = args.activation != GemmActivation::None;
   HEED_CHECK(!args.a_row_sums || (!args.bias && !activation), "gemm",
              "the row sums of A are an epilogue of their own, got them with a bias or an activation");
+  HEED_CHECK(!args.a_row_sums || (args.alpha == 1.0 && args.beta == 0.0), "gemm",
+             "the row-sum epilogue needs alpha 1 and beta 0 (as cuBLASLt's BGRADB is used), got {} and {}", args.alpha,
+             args.beta);
   HEED_CHECK(!activation || (args.pre_activation && args.ldc == args.n && args.beta == 0.0), "gemm",
              "the activation epilogue needs pre_activation, a contiguous C (ldc {} == n {}) and beta 0 (got {})",
              args.ldc, args.n, args.beta);

@@ -20,6 +20,7 @@
 // sums in a separate pass; the counters say which path ran.
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -139,10 +140,16 @@ cublasLtHandle_t lt_handle() {
 
 // cuBLAS's recommended workspace for Hopper; allocated once, for the process.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+// Null when the device had no room for it: the epilogues then run in the fallback.
 void* lt_workspace() {
   static void* workspace = [] {
     void* p = nullptr;
-    HEED_CUDA_CHECK(cudaMalloc(&p, kLtWorkspaceBytes));
+    if (cudaMalloc(&p, kLtWorkspaceBytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the (non-sticky) allocation error
+      std::fprintf(stderr, "heed: no room for cuBLASLt's %zu MiB workspace; Linear's epilogues run in heed's kernels\n",
+                   kLtWorkspaceBytes >> 20);
+      return static_cast<void*>(nullptr);
+    }
     return p;
   }();
   return workspace;
@@ -176,7 +183,8 @@ struct LtPreference {
 };
 
 // What the heuristic's answer depends on.
-using AlgoKey = std::tuple<int, int, int, int, int, int, int, bool, bool, uint32_t, uint32_t, uint32_t, uint32_t,
+// (The cache holds one entry per distinct problem; a training run has a handful of shapes.)
+using AlgoKey = std::tuple<int, int, int, int, int, int, int, int, bool, bool, uint32_t, uint32_t, uint32_t, uint32_t,
                            uint32_t, uint32_t>;
 
 // Runs the gemm with its epilogue in cuBLASLt; false (nothing launched) when cuBLASLt has no
@@ -225,8 +233,21 @@ bool lt_gemm(const GemmArgs& g) {
   const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c),
                  align_vector = vector ? alignment_of(vector) : 0,
                  align_aux = gelu ? alignment_of(g.pre_activation) : 0;
-  const AlgoKey key{m,         n,         k,        lda,     ldb,     ldc,     static_cast<int>(g.dtype),
-                    g.trans_a, g.trans_b, epilogue, align_a, align_b, align_c, align_vector,
+  const AlgoKey key{m,
+                    n,
+                    k,
+                    lda,
+                    ldb,
+                    ldc,
+                    static_cast<int>(g.dtype),
+                    t.compute,
+                    g.trans_a,
+                    g.trans_b,
+                    epilogue,
+                    align_a,
+                    align_b,
+                    align_c,
+                    align_vector,
                     align_aux};
   static std::mutex cache_mutex;
   static std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> cache;
@@ -258,13 +279,24 @@ bool lt_gemm(const GemmArgs& g) {
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(lt_handle(), desc.desc, first.layout, second.layout, out.layout, out.layout,
                                        preference.preference, 1, &result, &returned);
-    // No answer, or a refusal (NOT_SUPPORTED, or INVALID_VALUE for a combination this cuBLASLt
-    // version does not take, such as some float64 epilogues): the fallback runs it instead.
-    if (status == CUBLAS_STATUS_SUCCESS && returned > 0) algo = result.algo;
+    // No answer, or a refusal: the fallback runs it instead. NOT_SUPPORTED is the documented
+    // refusal; any other failure is reported once on stderr (a descriptor heed built wrong would
+    // show here: gpu_check.sh keeps that output) and still falls back rather than stop a run.
+    if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+      algo = result.algo;
+    } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      static std::once_flag reported;
+      std::call_once(reported, [&] {
+        std::fprintf(stderr,
+                     "heed: cuBLASLt's heuristic failed (%s) for a gemm epilogue (m %d n %d k %d, %s); it runs in "
+                     "heed's kernels instead\n",
+                     cublasGetStatusName(status), m, n, k, std::string(dtype_name(g.dtype)).c_str());
+      });
+    }
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache.emplace(key, algo);
   }
-  if (!algo) return false;
+  if (!algo || !lt_workspace()) return false;
   const Scalars s(g, t, 0.0);
   HEED_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), desc.desc, s.alpha(), g.b, first.layout, g.a, second.layout, s.beta(),
                                    g.c, out.layout, g.c, out.layout, &*algo, lt_workspace(), kLtWorkspaceBytes,
@@ -308,11 +340,11 @@ void gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   const bool activation = g.activation != GemmActivation::None;
   if (!g.bias && !g.a_row_sums && !activation) return cublas_gemm(g, g.beta);
-  if (g.batch != 1 || g.k == 0 || ((g.bias || activation) && g.beta != 0.0) ||
-      (g.a_row_sums && (g.bias || activation)) || (activation && (!g.pre_activation || g.ldc != g.n)))
+  if (g.batch != 1 || g.k == 0 || g.beta != 0.0 || (g.a_row_sums && (g.bias || activation || g.alpha != 1.0)) ||
+      (activation && (!g.pre_activation || g.ldc != g.n)))
     throw_error("gemm",
-                "the epilogues need batch == 1, k >= 1 and beta == 0, the row sums alone, and an activation "
-                "a pre_activation buffer and a contiguous C");
+                "the epilogues need batch == 1, k >= 1 and beta == 0, the row sums alone with alpha 1, and an "
+                "activation a pre_activation buffer and a contiguous C");
   gemm_types(g.dtype);  // rejects other dtypes before anything runs
   if (activation) {
     // cuBLASLt's GELU is the tanh form; its auxiliary z needs a leading dimension divisible by 8.
