@@ -60,68 +60,63 @@ Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, t
 Tensor relu(const Tensor& x) { return heed::relu(x); }
 Tensor gelu(const Tensor& x, GeluApproximation approximation) { return heed::gelu(x, approximation); }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  HEED_PROFILE_OP("linear", &x, &weight);
-  detail::check_defined(x, "linear");
-  detail::check_defined(weight, "linear", "weight");
-  detail::check_floating(x, "linear");
-  detail::check_floating(weight, "linear");
-  detail::check_same_device(x, weight, "linear");
-  HEED_CHECK(weight.dim() == 2, "linear", "weight must be 2-D (out_features, in_features), got shape {}",
+namespace {
+
+// The checks F::linear and F::linear_gelu share, in `op`'s name.
+void check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  detail::check_defined(x, op);
+  detail::check_defined(weight, op, "weight");
+  detail::check_floating(x, op);
+  detail::check_floating(weight, op);
+  detail::check_same_device(x, weight, op);
+  HEED_CHECK(weight.dim() == 2, op, "weight must be 2-D (out_features, in_features), got shape {}",
              shape_str(weight.shape()));
-  HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear",
+  HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], op,
              "input of shape {} does not match weight of shape {}: expected input.size(-1) == {}", shape_str(x.shape()),
              shape_str(weight.shape()), weight.shape()[1]);
   if (bias.defined())
-    HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear", "bias must have shape [{}], got {}",
+    HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], op, "bias must have shape [{}], got {}",
                weight.shape()[0], shape_str(bias.shape()));
-  // The bias as the gemm's epilogue (and its gradient in the weight gradient's gemm) when the
-  // device's gemm takes the dtype as it is.
-  const auto fused_bias = [](const Tensor& in, const Tensor& w, const Tensor& b) {
-    return b.defined() && in.dtype() == w.dtype() && b.dtype() == in.dtype() && b.device() == in.device() &&
-           detail::gemm_dtype(in.dtype(), in.device()) == in.dtype();
-  };
-  if (amp::autocast_enabled()) [[unlikely]] {
-    // Input, weight and bias in the autocast dtype; the weight and bias (parameters) are
-    // converted once per scope through the cast cache, before the transposed view is taken.
-    const Tensor x_cast = amp::cast_to_autocast_dtype(x);
-    const Tensor w = amp::cast_to_autocast_dtype(weight);
-    const Tensor b = bias.defined() ? amp::cast_to_autocast_dtype(bias) : Tensor();
-    if (fused_bias(x_cast, w, b)) return detail::linear_with_bias(x_cast, w.t(), b);
-    Tensor out = matmul(x_cast, w.t());
-    return b.defined() ? out + b : out;
-  }
-  if (fused_bias(x, weight, bias)) return detail::linear_with_bias(x, weight.t(), bias);
-  Tensor out = matmul(x, weight.t());
-  if (bias.defined()) out = out + bias;
-  return out;
+}
+
+// Input, weight and bias as the product sees them: in the autocast dtype inside an autocast
+// scope (the weight and bias, parameters, through the cast cache), else as given.
+struct LinearOperands {
+  Tensor x, weight, bias;
+};
+LinearOperands linear_operands(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (!amp::autocast_enabled()) [[likely]]
+    return {x, weight, bias};
+  return {amp::cast_to_autocast_dtype(x), amp::cast_to_autocast_dtype(weight),
+          bias.defined() ? amp::cast_to_autocast_dtype(bias) : Tensor()};
+}
+
+// Whether the fused kernels take the operands as they are: one dtype the device's gemm computes
+// in as it is (gemm_dtype), the bias (if any) on the input's device.
+bool gemm_takes_as_is(const LinearOperands& in) {
+  return in.x.dtype() == in.weight.dtype() &&
+         (!in.bias.defined() || (in.bias.dtype() == in.x.dtype() && in.bias.device() == in.x.device())) &&
+         detail::gemm_dtype(in.x.dtype(), in.x.device()) == in.x.dtype();
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  HEED_PROFILE_OP("linear", &x, &weight);
+  check_linear_args(x, weight, bias, "linear");
+  const LinearOperands in = linear_operands(x, weight, bias);
+  // The bias as the gemm's epilogue (and its gradient in the weight gradient's gemm).
+  if (in.bias.defined() && gemm_takes_as_is(in)) return detail::linear_with_bias(in.x, in.weight.t(), in.bias);
+  Tensor out = matmul(in.x, in.weight.t());
+  return in.bias.defined() ? out + in.bias : out;
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, GeluApproximation approximation) {
   HEED_PROFILE_OP("linear_gelu", &x, &weight);
-  detail::check_defined(x, "linear_gelu");
-  detail::check_defined(weight, "linear_gelu", "weight");
-  detail::check_floating(x, "linear_gelu");
-  detail::check_floating(weight, "linear_gelu");
-  detail::check_same_device(x, weight, "linear_gelu");
-  HEED_CHECK(weight.dim() == 2, "linear_gelu", "weight must be 2-D (out_features, in_features), got shape {}",
-             shape_str(weight.shape()));
-  HEED_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear_gelu",
-             "input of shape {} does not match weight of shape {}: expected input.size(-1) == {}", shape_str(x.shape()),
-             shape_str(weight.shape()), weight.shape()[1]);
-  if (bias.defined())
-    HEED_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear_gelu",
-               "bias must have shape [{}], got {}", weight.shape()[0], shape_str(bias.shape()));
-  const bool autocast = amp::autocast_enabled();
-  const Tensor x_in = autocast ? amp::cast_to_autocast_dtype(x) : x;
-  const Tensor w = autocast ? amp::cast_to_autocast_dtype(weight) : weight;
-  const Tensor b = bias.defined() && autocast ? amp::cast_to_autocast_dtype(bias) : bias;
-  // The fused kernel takes one dtype the device's gemm computes as it is; otherwise the two ops.
-  const bool fused = x_in.dtype() == w.dtype() &&
-                     (!b.defined() || (b.dtype() == x_in.dtype() && b.device() == x_in.device())) &&
-                     detail::gemm_dtype(x_in.dtype(), x_in.device()) == x_in.dtype();
-  if (fused) return detail::linear_gelu_fused(x_in, w.t(), b, approximation);
-  return heed::gelu(linear(x_in, w, b), approximation);
+  check_linear_args(x, weight, bias, "linear_gelu");
+  const LinearOperands in = linear_operands(x, weight, bias);
+  if (gemm_takes_as_is(in)) return detail::linear_gelu_fused(in.x, in.weight.t(), in.bias, approximation);
+  return heed::gelu(linear(in.x, in.weight, in.bias), approximation);  // the two ops
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
