@@ -60,6 +60,9 @@ inline int64_t prod(const Dims& shape, int begin, int end) {
 // Raw (non-recording) kernels used by op backwards.
 Tensor binary_raw(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const char* name);
 Tensor unary_raw(kernels::UnaryOp op, const Tensor& x, double alpha, const char* name);
+// A unary row's backward: grad_in from g and what the row saved, computed in the wider of their
+// dtypes (16-bit in float32 inside the kernel), returned in `in_dtype` (ops/elementwise.cpp).
+Tensor unary_row_backward(kernels::UnaryOp op, const Tensor& g, const Tensor& saved, double alpha, DType in_dtype);
 // F::linear with a bias: x (..., K) @ w_t (K, N) + bias (N) with the bias as the gemm's epilogue,
 // recorded as one "linear" node (ops/matmul.cpp); its backward sums the bias gradient in the
 // weight gradient's gemm. x, w_t and bias on one device, in one dtype the device's gemm takes

@@ -195,12 +195,10 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 
 // ---- unary: every op from its row of kernels/elementwise_table.h -------------------------
 
-namespace {
-
 // A unary row's grad_in from g and what the row saved (unary_backward kernel), computed in the
 // wider of g's and the saved tensor's dtypes (a float32 gradient reaching a float16 node is not
 // rounded to float16 first), then converted to the input's dtype.
-Tensor unary_row_backward(UnaryOp op, const Tensor& g, const Tensor& saved, double alpha, DType in_dtype) {
+Tensor detail::unary_row_backward(UnaryOp op, const Tensor& g, const Tensor& saved, double alpha, DType in_dtype) {
   const DType dtype = saved.defined() ? promote_types(g.dtype(), saved.dtype()) : g.dtype();
   const Tensor grad = (g.dtype() == dtype ? g : g.to(dtype)).contiguous();
   const Tensor saved_value =
@@ -211,6 +209,8 @@ Tensor unary_row_backward(UnaryOp op, const Tensor& g, const Tensor& saved, doub
    grad_in.numel(), alpha);
   return grad_in.dtype() == in_dtype ? grad_in : grad_in.to(in_dtype);
 }
+
+namespace {
 
 // Forward of the row `op` on x with scalar alpha, and its autograd record as the row says
 // (saves x, y or nothing; passthrough; not differentiable).
@@ -235,7 +235,7 @@ Tensor unary_from_table(UnaryOp op, const Tensor& x, double alpha) {
                                  : Tensor();
   SavedTensor saved(saved_value, name);
   detail::record(op_name, {&x}, out, [op, saved, alpha, in_dtype](const Tensor& g) -> std::vector<Tensor> {
-    return {unary_row_backward(op, g, saved.defined() ? saved.get() : Tensor(), alpha, in_dtype)};
+    return {detail::unary_row_backward(op, g, saved.defined() ? saved.get() : Tensor(), alpha, in_dtype)};
   });
   return out;
 }

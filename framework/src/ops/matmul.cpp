@@ -313,22 +313,9 @@ Tensor detail::linear_gelu_fused(const Tensor& x, const Tensor& w_t, const Tenso
     SavedTensor saved_z(z, "linear_gelu");
     auto backward = [linear = MatmulBackward(a, w_t, "linear_gelu"), saved_z, row, with_bias, need_bias,
                      bias_shape](const Tensor& g) {
+      // dz = g * gelu'(z): the gelu row's own backward, as the separate gelu op runs it.
       const Tensor z = saved_z.get();
-      const Tensor g_z = (g.dtype() == z.dtype() ? g : g.to(z.dtype())).contiguous();
-      Tensor dz = detail::make_empty(z.shape(), z.dtype(), z.device());
-      const DType compute = detail::compute_dtype(z.dtype());
-      if (compute == z.dtype()) {
-        if (dz.numel() > 0)
-          HEED_KERNEL(z.device(), unary_backward)
-          (row, z.dtype(), g_z.raw_data(), z.raw_data(), dz.raw_data(), dz.numel(), 0.0);
-      } else {  // 16-bit: the derivative in float32, as the unary rows compute it
-        const Tensor g32 = g_z.to(compute), z32 = z.to(compute);
-        Tensor dz32 = detail::make_empty(z.shape(), compute, z.device());
-        if (dz32.numel() > 0)
-          HEED_KERNEL(z.device(), unary_backward)
-          (row, compute, g32.raw_data(), z32.raw_data(), dz32.raw_data(), dz32.numel(), 0.0);
-        dz = dz32.to(z.dtype());
-      }
+      const Tensor dz = detail::unary_row_backward(row, g, z, 0.0, z.dtype());
       Tensor bias_grad;
       std::vector<Tensor> grads = linear(dz, need_bias ? &bias_grad : nullptr);
       if (need_bias && !bias_grad.defined()) bias_grad = sum_to(dz, bias_shape);
