@@ -315,7 +315,21 @@ void check_gemm_epilogues(DType dtype, double rtol) {
 }  // namespace
 
 TEST_CASE("gemm epilogues (CPU kernel): bias and the row sums of op(A) against float64") {
-  SUBCASE("float32") { check_gemm_epilogues<float>(kFloat32, 1e-6); }
+  SUBCASE("float32, under each CPU gemm choice") {
+    const CpuGemm saved = cpu_gemm();
+    for (CpuGemm choice : {CpuGemm::Openblas, CpuGemm::HeedAvx2, CpuGemm::HeedAvx512}) {
+      if (choice != CpuGemm::Openblas &&
+          !kernels::cpu::heed_sgemm_supported(choice == CpuGemm::HeedAvx2 ? kernels::cpu::SgemmKernel::Avx2
+                                                                          : kernels::cpu::SgemmKernel::Avx512)) {
+        MESSAGE("skipped a heed sgemm kernel this CPU or build lacks: ", static_cast<int>(choice));
+        continue;
+      }
+      CAPTURE(static_cast<int>(choice));
+      set_cpu_gemm(choice);
+      check_gemm_epilogues<float>(kFloat32, 1e-6);
+    }
+    set_cpu_gemm(saved);
+  }
   SUBCASE("float64") { check_gemm_epilogues<double>(kFloat64, 1e-14); }
   SUBCASE("misuse") {
     float a = 1, b = 1, c = 0, v = 0;

@@ -1,9 +1,11 @@
 // tools/heed_bench.cpp — heed-bench: the benchmark cases of ../shared/bench/torch_ref.py with
-// the same flags and the same work, plus matmul, op-overhead and attention-memory cases.
+// the same flags and the same work, plus matmul, sgemm, op-overhead and attention-memory cases.
 // Prints one JSON line per case in the reference's format (case, ms_per_step, tokens_per_s,
 // peak_rss_mb) plus achieved GFLOP/s from the FLOP model below, and the machine it ran on: CPU
-// model, OpenBLAS kernel set (blas_core) and the measured sgemm ceiling at 1024^3 with the same
-// threads (sgemm_ceiling_gflops), so a figure is never quoted without what it is relative to.
+// model, OpenBLAS kernel set (blas_core), the code that runs float32 matmuls (sgemm: "openblas",
+// "heed-avx512" or "heed-avx2", see heed/blas_info.h) and the measured sgemm ceiling at 1024^3
+// through that code with the same threads (sgemm_ceiling_gflops), so a figure is never quoted
+// without what it is relative to.
 // --profile FILE (lm, attn): after the timed steps, the same number of steps again under
 // heed::profile::Profiler; writes the Chrome trace to FILE, the top-15 table to stderr, and
 // adds the profiled time per step and the spans' coverage to the JSON line.
@@ -87,7 +89,7 @@ std::string memory_fields(const Options& o) {
   return out + "}";
 }
 
-// `, "cpu": ..., "blas_core": ..., "sgemm_ceiling_gflops": ...` for the JSON line.
+// `, "cpu": ..., "blas_core": ..., "sgemm": ..., "sgemm_ceiling_gflops": ...` for the JSON line.
 std::string machine_fields() {
   const BlasInfo info = blas_info();
   const double ceiling = measure_sgemm_gflops(1024, 3);
@@ -96,9 +98,9 @@ std::string machine_fields() {
     if (c != '"' && c != '\\') cpu += c;
   char buffer[512];
   std::snprintf(buffer, sizeof buffer,
-                ", \"cpu\": \"%s\", \"blas\": \"%s\", \"blas_core\": \"%s\", \"threads\": %d, "
+                ", \"cpu\": \"%s\", \"blas\": \"%s\", \"blas_core\": \"%s\", \"sgemm\": \"%s\", \"threads\": %d, "
                 "\"sgemm_ceiling_gflops\": %.1f",
-                cpu.c_str(), info.library.c_str(), info.core.c_str(), info.threads, ceiling);
+                cpu.c_str(), info.library.c_str(), info.core.c_str(), info.sgemm.c_str(), info.threads, ceiling);
   return buffer;
 }
 
@@ -281,6 +283,55 @@ int matmul_case(const Options& o) {
   return 0;
 }
 
+// sgemm: the float32 matmuls of the lm step (d 256, B16 T128: forward, input gradient, weight
+// gradient) and a 1024^3 square through every CPU gemm code this CPU has (heed::CpuGemm), with
+// the current threads, alternately in one process; one JSON line per shape.
+int sgemm_case(const Options& o) {
+  struct Shape {
+    int64_t m, n, k;
+    bool trans_a, trans_b;
+    const char* form;
+  };
+  const Shape shapes[] = {{2048, 768, 256, false, true, "A B^T"},
+                          {2048, 256, 1024, false, false, "A B"},
+                          {256, 1024, 2048, true, false, "A^T B"},
+                          {1024, 1024, 1024, false, false, "A B"}};
+  std::vector<CpuGemm> codes = {CpuGemm::Openblas, CpuGemm::HeedAvx2, CpuGemm::HeedAvx512};
+  const CpuGemm saved = cpu_gemm();
+  std::vector<CpuGemm> here;
+  for (CpuGemm code : codes) {
+    try {
+      set_cpu_gemm(code);
+      here.push_back(code);
+    } catch (const Error&) {  // a kernel this CPU or build lacks
+    }
+  }
+  manual_seed(0);
+  for (const Shape& s : shapes) {
+    const Tensor a = s.trans_a ? randn({s.k, s.m}).t() : randn({s.m, s.k});
+    const Tensor b = s.trans_b ? randn({s.n, s.k}).t() : randn({s.k, s.n});
+    std::vector<std::vector<double>> seconds(here.size());
+    for (int64_t i = 0; i < o.warmup + o.steps; ++i)
+      for (size_t c = 0; c < here.size(); ++c) {  // the codes alternately
+        set_cpu_gemm(here[c]);
+        const double t0 = now_seconds();
+        const Tensor r = matmul(a, b);
+        if (i >= o.warmup) seconds[c].push_back(now_seconds() - t0);
+      }
+    const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    std::string rates;
+    for (size_t c = 0; c < here.size(); ++c) {
+      set_cpu_gemm(here[c]);
+      rates += fmt::format("{}\"{}\": {:.1f}", c ? ", " : "", blas_info().sgemm, flops / median(seconds[c]) / 1e9);
+    }
+    set_cpu_gemm(saved);
+    std::printf("{\"case\": \"sgemm %lldx%lldx%lld %s\", \"gflops\": {%s}%s}\n", static_cast<long long>(s.m),
+                static_cast<long long>(s.n), static_cast<long long>(s.k), s.form, rates.c_str(),
+                machine_fields().c_str());
+  }
+  return 0;
+}
+
 int overhead_case(const Options& o) {
   const Tensor a = ones({1}), b = ones({1});
   const int64_t reps = 200000;
@@ -312,11 +363,13 @@ int overhead_case(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  cli::ArgParser args("heed-bench",
-                      "Benchmarks heed: `lm` (Transformer LM training step), `attn` (causal attention forward + "
-                      "backward), `matmul` (sgemm through heed vs OpenBLAS), `op-overhead`. Flags and work match "
-                      "../shared/bench/torch_ref.py.");
-  args.add_positional("CASE", &o.kind, "lm | attn | matmul | op-overhead");
+  cli::ArgParser args(
+      "heed-bench",
+      "Benchmarks heed: `lm` (Transformer LM training step), `attn` (causal attention forward + "
+      "backward), `matmul` (sgemm through heed vs OpenBLAS), `sgemm` (the lm step's matmuls through every CPU "
+      "gemm code), `op-overhead`. Flags and work match "
+      "../shared/bench/torch_ref.py.");
+  args.add_positional("CASE", &o.kind, "lm | attn | matmul | sgemm | op-overhead");
   args.add_int("vocab", &o.vocab, "vocabulary (lm)", 2, 1 << 24);
   args.add_int("d", &o.d, "model width (lm), heads * head dim (attn)", 1, 1 << 20);
   args.add_int("heads", &o.heads, "attention heads", 1, 4096);
@@ -353,7 +406,7 @@ int main(int argc, char** argv) {
     case cli::ArgParser::Outcome::Ok:
       break;
   }
-  if (o.kind != "lm" && o.kind != "attn" && o.kind != "matmul" && o.kind != "op-overhead") {
+  if (o.kind != "lm" && o.kind != "attn" && o.kind != "matmul" && o.kind != "sgemm" && o.kind != "op-overhead") {
     std::fprintf(stderr, "heed-bench: unknown case '%s' (see --help)\n", o.kind.c_str());
     return 2;
   }
@@ -367,6 +420,7 @@ int main(int argc, char** argv) {
     if (o.kind == "lm") return lm_case(o);
     if (o.kind == "attn") return attn_case(o);
     if (o.kind == "matmul") return matmul_case(o);
+    if (o.kind == "sgemm") return sgemm_case(o);
     return overhead_case(o);
   });
 }

@@ -12,6 +12,7 @@
 // single-threaded gemm per block, so the result is bit-identical for every thread count.
 #include <strings.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +73,61 @@ Grid plan_grid(int64_t m, int64_t n, int64_t k) {
 void set_threads(int n) { omp_set_num_threads(n); }
 
 namespace {
+// Auto: heed's own kernels where OpenBLAS's kernel set is narrower than the CPU's vector units
+// (a generic set on an AVX2/AVX-512 CPU, an AVX2 set on an AVX-512 CPU: what
+// openblas_coretype_hint reports), OpenBLAS where it already runs the CPU's widest set (its
+// kernels and heed's are within a few percent there, and it is the library users compare with).
+GemmCode resolve(GemmCode code) {
+  if (code != GemmCode::Auto) return code;
+  __builtin_cpu_init();
+  const bool avx2 = heed_sgemm_supported(SgemmKernel::Avx2), avx512 = heed_sgemm_supported(SgemmKernel::Avx512);
+  if (!avx2 || !*openblas_coretype_hint(blas_library().core, avx2, avx512, __builtin_cpu_is("amd")))
+    return GemmCode::Openblas;
+  return avx512 ? GemmCode::HeedAvx512 : GemmCode::HeedAvx2;
+}
+
+GemmCode code_from_environment() {
+  const char* setting = std::getenv("HEED_CPU_GEMM");
+  if (!setting || !*setting || std::strcmp(setting, "auto") == 0) return resolve(GemmCode::Auto);
+  if (std::strcmp(setting, "openblas") == 0) return GemmCode::Openblas;
+  if (std::strcmp(setting, "avx2") == 0 && heed_sgemm_supported(SgemmKernel::Avx2)) return GemmCode::HeedAvx2;
+  if (std::strcmp(setting, "avx512") == 0) {
+    if (heed_sgemm_supported(SgemmKernel::Avx512)) return GemmCode::HeedAvx512;
+    std::fprintf(stderr, "heed: HEED_CPU_GEMM=avx512 but this CPU has no AVX-512; using auto\n");
+    return resolve(GemmCode::Auto);
+  }
+  std::fprintf(stderr, "heed: HEED_CPU_GEMM=%s is not one of auto, openblas, avx2, avx512; using auto\n", setting);
+  return resolve(GemmCode::Auto);
+}
+
+std::atomic<GemmCode>& current_gemm_code() {
+  static std::atomic<GemmCode> code{code_from_environment()};
+  return code;
+}
+}  // namespace
+
+void set_gemm_code(GemmCode code) {
+  HEED_CHECK(code != GemmCode::HeedAvx512 || heed_sgemm_supported(SgemmKernel::Avx512), "set_cpu_gemm",
+             "heed's AVX-512 gemm needs a CPU with AVX-512F, this one has none");
+  HEED_CHECK(code != GemmCode::HeedAvx2 || heed_sgemm_supported(SgemmKernel::Avx2), "set_cpu_gemm",
+             "heed's AVX2 gemm is not in this build (it needs HEED_ARCH_FLAGS with AVX2 and FMA)");
+  current_gemm_code().store(resolve(code));
+}
+
+GemmCode gemm_code() { return current_gemm_code().load(std::memory_order_relaxed); }
+
+const char* gemm_code_name(GemmCode code) {
+  switch (resolve(code)) {
+    case GemmCode::Openblas:
+      return "openblas";
+    case GemmCode::HeedAvx2:
+      return "heed-avx2";
+    default:
+      return "heed-avx512";
+  }
+}
+
+namespace {
 // gelu of one row of z, as the unary rows gelu / gelu_tanh compute it (the same functions).
 template <typename T>
 void activate_row(GemmActivation activation, const T* z, T* out, int64_t n) {
@@ -96,7 +152,17 @@ void gemm_one(const GemmArgs& g, int64_t m, int64_t n, int64_t r0, int64_t c0, c
     for (int64_t i = 0; i < m; ++i) std::memcpy(z + i * g.ldc, bias, static_cast<size_t>(n) * sizeof(T));
     beta = T(1);
   }
-  blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
+  const GemmCode code = gemm_code();
+  if constexpr (std::is_same_v<T, float>) {
+    if (code != GemmCode::Openblas) {
+      heed_sgemm(code == GemmCode::HeedAvx512 ? SgemmKernel::Avx512 : SgemmKernel::Avx2, g.trans_a, g.trans_b, m, n,
+                 g.k, static_cast<float>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
+    } else {
+      blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
+    }
+  } else {
+    blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
+  }
   if (g.activation != GemmActivation::None)
     for (int64_t i = 0; i < m; ++i) activate_row(g.activation, z + i * g.ldc, c + i * g.ldc, n);
 }
@@ -210,6 +276,7 @@ namespace {
 void warn_if_generic_kernels() {
   const char* setting = std::getenv("HEED_BLAS_WARNING");
   if (setting && std::strcmp(setting, "0") == 0) return;
+  if (gemm_code() != GemmCode::Openblas) return;  // heed's own kernels run float32 at the CPU's width
   __builtin_cpu_init();
   const BlasLibrary lib = blas_library();
   const char* hint = openblas_coretype_hint(lib.core, __builtin_cpu_supports("avx2"), __builtin_cpu_supports("avx512f"),

@@ -36,6 +36,22 @@ enum class TileProducts { Auto, Registers, Blas };
 void set_flash_attention_tile_products(TileProducts choice);
 // The choice in effect (Auto resolved).
 TileProducts flash_attention_tile_products();
+// heed's own single-threaded float32 gemm (sgemm.cpp), C (m,n) = alpha op(A) op(B) + beta C,
+// row-major, for one block of C: the register kernel is AVX-512 (14 x 32 tiles) or AVX2 (6 x 16).
+enum class SgemmKernel { Avx2, Avx512 };
+// Whether the kernel runs here (built for AVX2 + FMA; AVX-512F on this CPU for Avx512).
+bool heed_sgemm_supported(SgemmKernel kernel);
+void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Which code computes float32 gemms: Auto (the default) is heed's own kernels where OpenBLAS's
+// kernel set is narrower than the CPU (openblas_coretype_hint not empty), OpenBLAS elsewhere.
+// HEED_CPU_GEMM=openblas|avx2|avx512 in the environment sets it at start-up.
+// (The same values as heed::CpuGemm in heed/blas_info.h, which converts to it.)
+enum class GemmCode { Auto, Openblas, HeedAvx2, HeedAvx512 };
+void set_gemm_code(GemmCode code);
+// The code in effect (Auto resolved), and its name ("openblas", "heed-avx2", "heed-avx512").
+GemmCode gemm_code();
+const char* gemm_code_name(GemmCode code);
 // sgemm GFLOP/s of one d x d x d product through the gemm kernel (best of `repeats`).
 double measure_sgemm_gflops(int64_t d, int repeats);
 

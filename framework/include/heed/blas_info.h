@@ -2,9 +2,10 @@
 // sgemm ceiling every performance figure should be quoted against.
 //
 // Invariant: heed never changes the BLAS's choice itself (OPENBLAS_CORETYPE is read by
-// OpenBLAS when the library loads, before heed runs); it reports the choice, and when the
-// choice is one of OpenBLAS's generic kernel sets on a CPU with AVX2 or AVX-512 it warns once
-// on stderr (at the first CPU matmul) with the measured sgemm rate and the variable to set.
+// OpenBLAS when the library loads, before heed runs); it reports the choice, runs its own
+// float32 kernels instead where that choice is narrower than the CPU (CpuGemm::Auto), and when
+// float32 matmuls are nevertheless forced onto a generic OpenBLAS kernel set it warns once on
+// stderr (at the first CPU matmul) with the measured sgemm rate and the variable to set.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +28,22 @@ struct BlasInfo {
   // Haswell kernels on AMD's Zen 4/Zen 5, where SkylakeX's reach 2x the sgemm rate on Zen 5.
   bool generic_kernels = false;
   std::string coretype_hint;
+  // The code that computes float32 CPU matmuls: "openblas", or heed's own packed kernels
+  // "heed-avx512" / "heed-avx2" (see CpuGemm below). float64 matmuls always run on OpenBLAS.
+  std::string sgemm;
 };
 
 BlasInfo blas_info();
+
+// Which code computes float32 CPU matmuls. Auto (the default) picks heed's own AVX-512 or AVX2
+// kernels where OpenBLAS's kernel set is narrower than the CPU (exactly where coretype_hint is
+// not empty: Debian 12's OpenBLAS on recent Xeons and on AMD Zen 4/5), and OpenBLAS where it
+// already runs the CPU's widest set. The environment variable HEED_CPU_GEMM=auto|openblas|avx2|
+// avx512 sets it at start-up; set_cpu_gemm changes it at any time (a kernel the CPU lacks is an
+// Error). Every choice is deterministic and independent of the thread count.
+enum class CpuGemm { Auto, Openblas, HeedAvx2, HeedAvx512 };
+void set_cpu_gemm(CpuGemm choice);
+CpuGemm cpu_gemm();  // the choice in effect, Auto resolved
 
 // sgemm GFLOP/s of a d x d x d float32 product through heed's CPU gemm with the current thread
 // count (the best of `repeats` runs after one warm-up): the ceiling for whole-step FLOP rates.

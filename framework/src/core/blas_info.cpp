@@ -49,8 +49,13 @@ BlasInfo blas_info() {
   info.cpu_avx512 = __builtin_cpu_supports("avx512f");
   info.coretype_hint = openblas_coretype_hint(info.core, info.cpu_avx2, info.cpu_avx512, __builtin_cpu_is("amd"));
   info.generic_kernels = !info.coretype_hint.empty() && kernels::cpu::is_generic_core(info.core.c_str());
+  info.sgemm = kernels::cpu::gemm_code_name(kernels::cpu::gemm_code());
   return info;
 }
+
+void set_cpu_gemm(CpuGemm choice) { kernels::cpu::set_gemm_code(static_cast<kernels::cpu::GemmCode>(choice)); }
+
+CpuGemm cpu_gemm() { return static_cast<CpuGemm>(kernels::cpu::gemm_code()); }
 
 double measure_sgemm_gflops(int64_t d, int repeats) {
   HEED_CHECK(d >= 1 && d <= 16384 && repeats >= 1, "measure_sgemm_gflops",

@@ -1,0 +1,299 @@
+// kernels/cpu/sgemm.cpp — heed's own single-threaded float32 gemm for one block of C, with
+// AVX-512 and AVX2 register kernels (chosen at run time from the CPU, never from what OpenBLAS
+// thinks the CPU is).
+//
+// Why: OpenBLAS chooses its kernel set once, from a CPU table frozen at its release; Debian 12's
+// 0.3.21 runs its AVX2 set on AMD Zen 4/5 and its SSE3 set on recent Xeons, and even its AVX-512
+// set leaves a third of a Zen 5 core's FMA rate unused on heed's shapes (K = 256 to 2048, blocks
+// of a few hundred rows). This is the classic packed design (Goto / BLIS): op(B) is packed per
+// KC x NR sliver, op(A) per MR x KC panel, and an MR x NR register tile accumulates over KC.
+//
+// Invariants:
+// - every C element is one float accumulator per KC slice, fed p in increasing order with fused
+//   multiply-adds; slices are added to C in order (the first as alpha * acc (+ beta * C), the
+//   others as C + alpha * acc). The order depends on k only, so the result is the same for every
+//   thread count and for every position of the element in its tile (edge tiles run the same
+//   register kernel on zero-padded panels).
+// - beta == 0 never reads C (it may hold NaN, as BLAS allows).
+// - packing buffers are thread-local and 64-byte aligned; nothing here allocates per call once
+//   they have grown to the largest block seen.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "cpu_kernels.h"
+#include "heed/error.h"
+#include "vec_math.h"  // HEED_HAVE_AVX2 and <immintrin.h> when the build targets AVX2 + FMA
+
+namespace heed::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kKc = 256;       // depth of one packed slice: KC x NR floats of B stay in L1
+constexpr int64_t kMcPanels = 12;  // MR-row panels of A packed at once: MC x KC floats stay in L2
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// A thread-local packing buffer that only grows.
+float* scratch(int slot, int64_t floats) {
+  thread_local std::unique_ptr<float, AlignedFree> buffers[2];
+  thread_local int64_t sizes[2] = {0, 0};
+  if (sizes[slot] < floats) {
+    const int64_t rounded = (floats + 15) / 16 * 16;
+    buffers[slot].reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(rounded) * sizeof(float))));
+    HEED_CHECK(buffers[slot] != nullptr, "gemm", "could not allocate a {}-float packing buffer", rounded);
+    sizes[slot] = rounded;
+  }
+  return buffers[slot].get();
+}
+
+// Packs rows [0, m) x depth [p0, p0 + kc) of op(A) into MR-row panels: panel r holds, for each p,
+// the MR values op(A)[r*MR + i, p] contiguously; rows past m are zero.
+template <int MR>
+void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, int64_t kc, float* out) {
+  for (int64_t r0 = 0; r0 < m; r0 += MR) {
+    const int64_t rows = std::min<int64_t>(MR, m - r0);
+    if (trans_a) {  // op(A)[i, p] = a[p * lda + i]: each p is a contiguous run of rows
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* src = a + (p0 + p) * lda + r0;
+        float* dst = out + p * MR;
+        int64_t i = 0;
+        for (; i < rows; ++i) dst[i] = src[i];
+        for (; i < MR; ++i) dst[i] = 0.0f;
+      }
+    } else {  // op(A)[i, p] = a[i * lda + p]: gather one value from each row
+      int64_t i = 0;
+      for (; i < rows; ++i) {
+        const float* src = a + (r0 + i) * lda + p0;
+        for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = src[p];
+      }
+      for (; i < MR; ++i)
+        for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = 0.0f;
+    }
+    out += MR * kc;
+  }
+}
+
+// Packs depth [p0, p0 + kc) x columns [0, n) of op(B) into NR-column slivers: sliver s holds, for
+// each p, the NR values op(B)[p, s*NR + j] contiguously; columns past n are zero.
+template <int NR>
+void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t n, int64_t p0, int64_t kc, float* out) {
+  for (int64_t c0 = 0; c0 < n; c0 += NR) {
+    const int64_t cols = std::min<int64_t>(NR, n - c0);
+    if (!trans_b) {  // op(B)[p, j] = b[p * ldb + j]
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* src = b + (p0 + p) * ldb + c0;
+        float* dst = out + p * NR;
+        if (cols == NR) {
+          std::memcpy(dst, src, NR * sizeof(float));
+        } else {
+          int64_t j = 0;
+          for (; j < cols; ++j) dst[j] = src[j];
+          for (; j < NR; ++j) dst[j] = 0.0f;
+        }
+      }
+    } else {  // op(B)[p, j] = b[j * ldb + p]
+      int64_t j = 0;
+      for (; j < cols; ++j) {
+        const float* src = b + (c0 + j) * ldb + p0;
+        for (int64_t p = 0; p < kc; ++p) out[p * NR + j] = src[p];
+      }
+      for (; j < NR; ++j)
+        for (int64_t p = 0; p < kc; ++p) out[p * NR + j] = 0.0f;
+    }
+    out += NR * kc;
+  }
+}
+
+// Writes one register tile (held in `tile`, MR x NR row-major) into C's (rows, cols) corner:
+// C = alpha * acc (+ beta * C) for the first KC slice, C += alpha * acc for the others.
+template <int MR, int NR>
+void store_edge(const float* tile, int64_t rows, int64_t cols, float* c, int64_t ldc, float alpha, float beta,
+                bool first) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float* out = c + i * ldc + j;
+      const float scaled = alpha * tile[i * NR + j];
+      if (!first)
+        *out = *out + scaled;
+      else
+        *out = beta == 0.0f ? scaled : std::fma(beta, *out, scaled);
+    }
+}
+
+#if HEED_HAVE_AVX2
+// ---- AVX-512: a 14 x 32 tile in 28 zmm accumulators -------------------------------------------
+
+constexpr int kMr512 = 14, kNr512 = 32;
+
+__attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m512 acc0, __m512 acc1, float alpha,
+                                                                 float beta, bool first) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  const __m512 s0 = _mm512_mul_ps(va, acc0), s1 = _mm512_mul_ps(va, acc1);
+  if (!first) {
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), s0));
+    _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16), s1));
+  } else if (beta == 0.0f) {
+    _mm512_storeu_ps(out, s0);
+    _mm512_storeu_ps(out + 16, s1);
+  } else {
+    const __m512 vb = _mm512_set1_ps(beta);
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(vb, _mm512_loadu_ps(out), s0));
+    _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(out + 16), s1));
+  }
+}
+
+__attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
+                                                     int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
+                                                     bool first) {
+  __m512 acc[kMr512][2];
+#pragma GCC unroll 14
+  for (int i = 0; i < kMr512; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int i = 0; i < kMr512; ++i) {  // C's tile is needed at the end: start bringing it in now
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr512; ++i) {
+      const __m512 x = _mm512_set1_ps(pa[i]);
+      acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+    }
+    pa += kMr512;
+    pb += kNr512;
+  }
+  if (rows == kMr512 && cols == kNr512) {
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr512; ++i) store_row_512(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first);
+    return;
+  }
+  alignas(64) float tile[kMr512 * kNr512];
+#pragma GCC unroll 14
+  for (int i = 0; i < kMr512; ++i) {
+    _mm512_store_ps(tile + i * kNr512, acc[i][0]);
+    _mm512_store_ps(tile + i * kNr512 + 16, acc[i][1]);
+  }
+  store_edge<kMr512, kNr512>(tile, rows, cols, c, ldc, alpha, beta, first);
+}
+
+// ---- AVX2: a 6 x 16 tile in 12 ymm accumulators -----------------------------------------------
+
+constexpr int kMr256 = 6, kNr256 = 16;
+
+inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, float beta, bool first) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  const __m256 s0 = _mm256_mul_ps(va, acc0), s1 = _mm256_mul_ps(va, acc1);
+  if (!first) {
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), s0));
+    _mm256_storeu_ps(out + 8, _mm256_add_ps(_mm256_loadu_ps(out + 8), s1));
+  } else if (beta == 0.0f) {
+    _mm256_storeu_ps(out, s0);
+    _mm256_storeu_ps(out + 8, s1);
+  } else {
+    const __m256 vb = _mm256_set1_ps(beta);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(vb, _mm256_loadu_ps(out), s0));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(vb, _mm256_loadu_ps(out + 8), s1));
+  }
+}
+
+void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
+              float alpha, float beta, bool first) {
+  __m256 acc[kMr256][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < kMr256; ++i) {
+      const __m256 x = _mm256_broadcast_ss(pa + i);
+      acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+    }
+    pa += kMr256;
+    pb += kNr256;
+  }
+  if (rows == kMr256 && cols == kNr256) {
+#pragma GCC unroll 6
+    for (int i = 0; i < kMr256; ++i) store_row_256(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first);
+    return;
+  }
+  alignas(32) float tile[kMr256 * kNr256];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr256; ++i) {
+    _mm256_store_ps(tile + i * kNr256, acc[i][0]);
+    _mm256_store_ps(tile + i * kNr256 + 8, acc[i][1]);
+  }
+  store_edge<kMr256, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first);
+}
+
+// The packed loops around a register tile kernel: for each KC slice, op(B) is packed once for
+// the whole block (it stays in L2/L3), then op(A) once per MC rows (in L2), and every (MR, NR)
+// tile of those rows runs over the slice with its B sliver in L1.
+template <int MR, int NR, typename Tile>
+void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr int64_t kMc = MR * kMcPanels;
+  const int64_t n_slivers = (n + NR - 1) / NR;
+  const int64_t kc_max = std::min(k, kKc);
+  float* packed_a = scratch(0, kMc * kc_max);
+  float* packed_b = scratch(1, n_slivers * NR * kc_max);
+  for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+    const int64_t kc = std::min(kKc, k - p0);
+    const bool first = p0 == 0;
+    pack_b<NR>(trans_b, b, ldb, n, p0, kc, packed_b);
+    for (int64_t i0 = 0; i0 < m; i0 += kMc) {
+      const int64_t mc = std::min(kMc, m - i0);
+      const int64_t m_panels = (mc + MR - 1) / MR;
+      pack_a<MR>(trans_a, trans_a ? a + i0 : a + i0 * lda, lda, mc, p0, kc, packed_a);
+      for (int64_t s = 0; s < n_slivers; ++s) {
+        const float* pb = packed_b + s * NR * kc;
+        const int64_t cols = std::min<int64_t>(NR, n - s * NR);
+        for (int64_t r = 0; r < m_panels; ++r) {
+          const int64_t rows = std::min<int64_t>(MR, mc - r * MR);
+          tile(kc, packed_a + r * MR * kc, pb, c + (i0 + r * MR) * ldc + s * NR, ldc, rows, cols, alpha, beta, first);
+        }
+      }
+    }
+  }
+}
+
+#endif  // HEED_HAVE_AVX2
+
+}  // namespace
+
+bool heed_sgemm_supported(SgemmKernel kernel) {
+#if HEED_HAVE_AVX2
+  if (kernel == SgemmKernel::Avx2) return true;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+#else
+  (void)kernel;
+  return false;
+#endif
+}
+
+void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // C = beta * C (beta 0 writes zeros without reading C)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  HEED_CHECK(heed_sgemm_supported(kernel), "gemm", "heed's {} gemm kernel is not available on this CPU or build",
+             kernel == SgemmKernel::Avx512 ? "AVX-512" : "AVX2");
+#if HEED_HAVE_AVX2
+  if (kernel == SgemmKernel::Avx512)
+    packed_gemm<kMr512, kNr512>(tile_512, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    packed_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+}
+
+}  // namespace heed::kernels::cpu

@@ -1,0 +1,229 @@
+// tests/test_sgemm.cpp — heed's own float32 gemm kernels (kernels/cpu/sgemm.cpp, AVX-512 and
+// AVX2) against a float64 reference for every transpose pair, ragged sizes, several KC slices and
+// MC blocks, padded leading dimensions, alpha/beta (beta 0 never reads C), k = 0; their
+// invariants bit for bit (an element's value does not depend on its tile position, its block,
+// the kernel width or the thread count); the whole CPU gemm (epilogues included) under each
+// CpuGemm choice; and the public choice API (heed/blas_info.h). Kernels the CPU lacks are
+// reported as skipped, never as passed.
+#include <doctest/doctest.h>
+#include <heed/heed.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+using namespace heed;
+using kernels::cpu::SgemmKernel;
+
+namespace {
+
+std::vector<SgemmKernel> kernels_here() {
+  std::vector<SgemmKernel> out;
+  for (SgemmKernel k : {SgemmKernel::Avx2, SgemmKernel::Avx512})
+    if (kernels::cpu::heed_sgemm_supported(k)) out.push_back(k);
+  return out;
+}
+
+const char* kernel_name(SgemmKernel k) { return k == SgemmKernel::Avx512 ? "AVX-512" : "AVX2"; }
+
+// A stored matrix (rows, cols) with its rows `ld` apart, the padding NaN.
+std::vector<float> padded(int64_t rows, int64_t cols, int64_t ld, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> m(static_cast<size_t>(rows * ld), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) m[static_cast<size_t>(r * ld + c)] = uniform(rng);
+  return m;
+}
+
+struct Problem {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  std::vector<float> a, b;
+
+  Problem(bool ta, bool tb, int64_t m_, int64_t n_, int64_t k_, std::mt19937& rng)
+      : trans_a(ta), trans_b(tb), m(m_), n(n_), k(k_) {
+    const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+    lda = a_cols + 3;
+    ldb = b_cols + 5;
+    ldc = n + 2;
+    a = padded(a_rows, a_cols, lda, rng);
+    b = padded(b_rows, b_cols, ldb, rng);
+  }
+  double op_a(int64_t i, int64_t p) const { return trans_a ? a[p * lda + i] : a[i * lda + p]; }
+  double op_b(int64_t p, int64_t j) const { return trans_b ? b[j * ldb + p] : b[p * ldb + j]; }
+  void run(SgemmKernel kernel, float alpha, float beta, float* c) const {
+    kernels::cpu::heed_sgemm(kernel, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c, ldc);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("heed_sgemm: every kernel against float64 (transposes, ragged sizes, KC slices, MC blocks, alpha/beta)") {
+  const std::vector<SgemmKernel> here = kernels_here();
+  if (here.empty()) {
+    MESSAGE("skipped: this build has no heed sgemm kernel (HEED_ARCH_FLAGS without AVX2 + FMA)");
+    return;
+  }
+  if (here.size() == 1) MESSAGE("skipped the AVX-512 kernel: this CPU has no AVX-512F");
+  std::mt19937 rng(7);
+  // (m, n, k): one element; smaller than one tile; ragged against both tiles (14 x 32, 6 x 16);
+  // k over three KC = 256 slices with the last one short; m over two MC blocks (168 and 84 rows).
+  const int64_t sizes[][3] = {{1, 1, 1}, {5, 9, 3}, {37, 70, 33}, {29, 45, 600}, {200, 40, 17}, {15, 33, 257}};
+  for (SgemmKernel kernel : here)
+    for (const auto& size : sizes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          CAPTURE(kernel_name(kernel));
+          CAPTURE(size[0]);
+          CAPTURE(size[1]);
+          CAPTURE(size[2]);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          const Problem p(ta, tb, size[0], size[1], size[2], rng);
+          // Three updates of C: alpha 0.5 with beta 0 over NaN (never read), then beta 0.75
+          // and beta 1 over that result.
+          std::vector<float> c(static_cast<size_t>(p.m * p.ldc), std::numeric_limits<float>::quiet_NaN());
+          int bad = 0;
+          for (const float beta : {0.0f, 0.75f, 1.0f}) {
+            const float alpha = beta == 0.0f ? 0.5f : -1.25f;
+            std::vector<double> want(c.size()), tolerance(c.size());
+            for (int64_t i = 0; i < p.m; ++i)
+              for (int64_t j = 0; j < p.n; ++j) {
+                double dot = 0.0, magnitude = 0.0;
+                for (int64_t q = 0; q < p.k; ++q) {
+                  dot += p.op_a(i, q) * p.op_b(q, j);
+                  magnitude += std::abs(p.op_a(i, q) * p.op_b(q, j));
+                }
+                const size_t at = static_cast<size_t>(i * p.ldc + j);
+                const double before = beta == 0.0f ? 0.0 : double(c[at]);
+                want[at] = alpha * dot + beta * before;
+                // float32 rounding (eps 6e-8) of k + 2 operations on at most these magnitudes.
+                tolerance[at] = 2.0 * double(p.k + 2) * 6e-8 * (std::abs(alpha) * magnitude + std::abs(before) + 1e-3);
+              }
+            p.run(kernel, alpha, beta, c.data());
+            for (int64_t i = 0; i < p.m; ++i) {
+              for (int64_t j = 0; j < p.n; ++j) {
+                const size_t at = static_cast<size_t>(i * p.ldc + j);
+                if (!(std::abs(double(c[at]) - want[at]) <= tolerance[at])) ++bad;
+              }
+              for (int64_t j = p.n; j < p.ldc; ++j) bad += !std::isnan(c[static_cast<size_t>(i * p.ldc + j)]);
+            }
+          }
+          CHECK(bad == 0);
+        }
+}
+
+TEST_CASE("heed_sgemm: k = 0 scales C by beta, and beta 0 writes zeros over NaN") {
+  for (SgemmKernel kernel : kernels_here()) {
+    CAPTURE(kernel_name(kernel));
+    std::vector<float> c = {1.0f, 2.0f, 3.0f, 4.0f};
+    kernels::cpu::heed_sgemm(kernel, false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2);
+    CHECK(c == std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f});
+    std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+    kernels::cpu::heed_sgemm(kernel, false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, c.data(), 2);
+    CHECK(c == std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f});
+  }
+}
+
+TEST_CASE("heed_sgemm: an element's bits depend on its row, column and k only (tile, block and kernel width)") {
+  const std::vector<SgemmKernel> here = kernels_here();
+  if (here.empty()) {
+    MESSAGE("skipped: this build has no heed sgemm kernel");
+    return;
+  }
+  std::mt19937 rng(11);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      const Problem p(ta, tb, 190, 75, 300, rng);  // two MC blocks, ragged tiles, two KC slices
+      std::vector<float> whole(static_cast<size_t>(p.m * p.ldc), 0.0f);
+      p.run(here.front(), 1.0f, 0.0f, whole.data());
+      // Every row alone (a 1-row problem: a zero-padded edge tile) and every kernel width.
+      int differing = 0;
+      for (SgemmKernel kernel : here) {
+        std::vector<float> again(whole.size(), 0.0f);
+        p.run(kernel, 1.0f, 0.0f, again.data());
+        differing += std::memcmp(again.data(), whole.data(), whole.size() * sizeof(float)) != 0;
+        for (int64_t i = 0; i < p.m; i += 37) {
+          std::vector<float> row(static_cast<size_t>(p.ldc), 0.0f);
+          const float* a_row = ta ? p.a.data() + i : p.a.data() + i * p.lda;
+          kernels::cpu::heed_sgemm(kernel, ta, tb, 1, p.n, p.k, 1.0f, a_row, p.lda, p.b.data(), p.ldb, 0.0f, row.data(),
+                                   p.ldc);
+          differing += std::memcmp(row.data(), whole.data() + i * p.ldc, static_cast<size_t>(p.n) * sizeof(float)) != 0;
+        }
+      }
+      CHECK(differing == 0);
+    }
+}
+
+namespace {
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  return max(abs(sub(a.detach().to(kFloat64), b.detach().to(kFloat64)))).item<double>();
+}
+
+// Restores the CPU gemm choice in effect when a test began.
+struct KeepCpuGemm {
+  CpuGemm saved = cpu_gemm();
+  ~KeepCpuGemm() { set_cpu_gemm(saved); }
+};
+
+std::vector<CpuGemm> choices_here() {
+  std::vector<CpuGemm> out = {CpuGemm::Openblas};
+  if (kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx2)) out.push_back(CpuGemm::HeedAvx2);
+  if (kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx512)) out.push_back(CpuGemm::HeedAvx512);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("CPU gemm under each choice: float32 matmul, Linear with its epilogues and thread counts agree") {
+  KeepCpuGemm keep;
+  manual_seed(3);
+  // A product big enough for several gemm tasks, the Linear epilogues (bias, GELU, bias gradient).
+  const Tensor x64 = randn({300, 96}, TensorOptions().dtype(kFloat64));
+  const Tensor w64 = randn({130, 96}, TensorOptions().dtype(kFloat64)),
+               b64 = randn({130}, TensorOptions().dtype(kFloat64));
+  const Tensor want = F::gelu(F::linear(x64, w64, b64));  // float64: OpenBLAS's dgemm
+  const Tensor x = x64.to(kFloat32), w = w64.to(kFloat32), b = b64.to(kFloat32);
+  for (CpuGemm choice : choices_here()) {
+    CAPTURE(static_cast<int>(choice));
+    set_cpu_gemm(choice);
+    CHECK(cpu_gemm() == choice);
+    CHECK(blas_info().sgemm == (choice == CpuGemm::Openblas   ? "openblas"
+                                : choice == CpuGemm::HeedAvx2 ? "heed-avx2"
+                                                              : "heed-avx512"));
+    const Tensor wr = w.detach().requires_grad_(), br = b.detach().requires_grad_();
+    const Tensor y = F::linear_gelu(x, wr, br);
+    CHECK(max_abs_diff(y, want) < 1e-4);
+    y.sum().backward();
+    const int saved_threads = get_num_threads();
+    set_num_threads(1);
+    const Tensor wr1 = w.detach().requires_grad_(), br1 = b.detach().requires_grad_();
+    const Tensor y1 = F::linear_gelu(x, wr1, br1);
+    y1.sum().backward();
+    set_num_threads(saved_threads);
+    // The same bits with one thread (tasks depend on the shape only).
+    CHECK(max_abs_diff(y1, y) == 0.0);
+    CHECK(max_abs_diff(wr1.grad(), wr.grad()) == 0.0);
+    CHECK(max_abs_diff(br1.grad(), br.grad()) == 0.0);
+  }
+}
+
+TEST_CASE("set_cpu_gemm: Auto resolves, a kernel the CPU lacks is refused") {
+  KeepCpuGemm keep;
+  set_cpu_gemm(CpuGemm::Auto);
+  const CpuGemm resolved = cpu_gemm();
+  CHECK(resolved != CpuGemm::Auto);
+  // Auto runs heed's kernels exactly where OpenBLAS's set is narrower than the CPU.
+  const BlasInfo info = blas_info();
+  if (kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx2))
+    CHECK((resolved == CpuGemm::Openblas) == info.coretype_hint.empty());
+  if (!kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx512))
+    CHECK_THROWS_WITH_AS(set_cpu_gemm(CpuGemm::HeedAvx512), doctest::Contains("heed::set_cpu_gemm"), Error);
+  else
+    MESSAGE("this CPU has AVX-512F: the refusal of the AVX-512 kernel is not exercised here");
+}
