@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -100,18 +101,23 @@ TEST_CASE("flash attention matches the composed path in float32, tile products t
   causal.causal = true;
   all.push_back({"causal, head dim 64 (full 4 x 16 register blocks)", 1, 2, 130, 130, 64, 64, causal, 0.0});
   all.push_back({"no mask, head dims 32 and 40", 2, 2, 64, 70, 32, 40, F::AttentionMask{}, 0.0});
-  for (TileProducts products : {TileProducts::Blas, TileProducts::Registers}) {
-    CAPTURE(products == TileProducts::Blas ? "BLAS" : "registers");
+  const auto name = [](TileProducts p) {
+    return p == TileProducts::Blas ? "BLAS" : p == TileProducts::RegistersAvx2 ? "AVX2 registers" : "widest registers";
+  };
+  if (!kernels::cpu::tile_gemm_has_avx512())
+    MESSAGE("this CPU has no AVX-512F: 'widest registers' runs the AVX2 blocks, the AVX-512 ones are skipped");
+  for (TileProducts products : {TileProducts::Blas, TileProducts::Registers, TileProducts::RegistersAvx2}) {
+    CAPTURE(name(products));
     kernels::cpu::set_flash_attention_tile_products(products);
     CHECK(kernels::cpu::flash_attention_tile_products() == products);
     for (const Case& c : all) compare(c, kFloat32, 2e-5);
   }
   kernels::cpu::set_flash_attention_tile_products(TileProducts::Auto);
-  // Auto: registers exactly when OpenBLAS runs a generic (pre-AVX2) kernel set.
-  const std::string core = blas_info().core;
-  const bool generic = !kernels::cpu::is_avx2_core(core.c_str()) && !kernels::cpu::is_avx512_core(core.c_str());
+  // Auto: registers exactly when OpenBLAS's kernel set is narrower than the CPU (a generic set
+  // on an AVX2/AVX-512 CPU, an AVX2 set on an AVX-512 CPU: where blas_info names a coretype hint).
+  const bool narrower = !blas_info().coretype_hint.empty();
 #if defined(__AVX2__) && defined(__FMA__)
-  CHECK((kernels::cpu::flash_attention_tile_products() == TileProducts::Registers) == generic);
+  CHECK((kernels::cpu::flash_attention_tile_products() == TileProducts::Registers) == narrower);
 #else
   CHECK(kernels::cpu::flash_attention_tile_products() == TileProducts::Blas);
 #endif
@@ -121,47 +127,64 @@ TEST_CASE("tile_gemm: C = alpha A B + beta C against a float64 product, A or A^T
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int64_t m : {1, 3, 4, 5, 9, 64})
-    for (int64_t n : {1, 7, 8, 16, 23, 40, 64})
-      for (int64_t k : {1, 5, 32, 64})
-        for (bool trans_a : {false, true})
-          for (float beta : {0.0f, 1.0f}) {
-            CAPTURE(m);
-            CAPTURE(n);
-            CAPTURE(k);
-            CAPTURE(trans_a);
-            CAPTURE(beta);
-            // A stored m x k (lda = k + 3) or k x m (lda = m + 2); B k x n with ldb = n + 5;
-            // C m x n with ldc = n + 1, its padding and (beta = 0) its contents NaN.
-            const int64_t lda = trans_a ? m + 2 : k + 3, ldb = n + 5, ldc = n + 1;
-            std::vector<float> a(static_cast<size_t>((trans_a ? k : m) * lda)), b(static_cast<size_t>(k * ldb));
-            std::vector<float> c(static_cast<size_t>(m * ldc), nan);
-            for (float& x : a) x = normal(rng);
-            for (float& x : b) x = normal(rng);
-            if (beta != 0.0f)
-              for (int64_t i = 0; i < m; ++i)
-                for (int64_t j = 0; j < n; ++j) c[static_cast<size_t>(i * ldc + j)] = normal(rng);
-            const std::vector<float> c_before = c;
-            const float alpha = 0.125f;
-            const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
-            kernels::cpu::tile_gemm(m, n, k, alpha, a.data(), a_row, a_col, b.data(), ldb, beta, c.data(), ldc);
-            for (int64_t i = 0; i < m; ++i) {
-              for (int64_t j = 0; j < n; ++j) {
-                double exact = 0, magnitude = 0;
-                for (int64_t p = 0; p < k; ++p) {
-                  const double term = static_cast<double>(a[static_cast<size_t>(i * a_row + p * a_col)]) *
-                                      static_cast<double>(b[static_cast<size_t>(p * ldb + j)]);
-                  exact += term;
-                  magnitude += std::abs(term);
-                }
-                const size_t at = static_cast<size_t>(i * ldc + j);
-                const double before = beta == 0.0f ? 0.0 : static_cast<double>(c_before[at]);
-                const double expected = alpha * exact + beta * before;
-                CHECK(std::abs(static_cast<double>(c[at]) - expected) <= 1e-6 * (alpha * magnitude + std::abs(before)));
+  std::vector<bool> widths = {false};
+  if (kernels::cpu::tile_gemm_has_avx512())
+    widths.push_back(true);
+  else
+    MESSAGE("skipped the AVX-512 blocks: this CPU has no AVX-512F");
+  for (bool avx512 : widths)
+    for (int64_t m : {1, 3, 4, 5, 8, 9, 17, 64})
+      for (int64_t n : {1, 7, 8, 16, 23, 32, 40, 64, 72})
+        for (int64_t k : {1, 5, 32, 64})
+          for (bool trans_a : {false, true})
+            for (float beta : {0.0f, 1.0f}) {
+              CAPTURE(avx512);
+              CAPTURE(m);
+              CAPTURE(n);
+              CAPTURE(k);
+              CAPTURE(trans_a);
+              CAPTURE(beta);
+              // A stored m x k (lda = k + 3) or k x m (lda = m + 2); B k x n with ldb = n + 5;
+              // C m x n with ldc = n + 1, its padding and (beta = 0) its contents NaN.
+              const int64_t lda = trans_a ? m + 2 : k + 3, ldb = n + 5, ldc = n + 1;
+              std::vector<float> a(static_cast<size_t>((trans_a ? k : m) * lda)), b(static_cast<size_t>(k * ldb));
+              std::vector<float> c(static_cast<size_t>(m * ldc), nan);
+              for (float& x : a) x = normal(rng);
+              for (float& x : b) x = normal(rng);
+              if (beta != 0.0f)
+                for (int64_t i = 0; i < m; ++i)
+                  for (int64_t j = 0; j < n; ++j) c[static_cast<size_t>(i * ldc + j)] = normal(rng);
+              const std::vector<float> c_before = c;
+              const float alpha = 0.125f;
+              const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
+              kernels::cpu::tile_gemm(m, n, k, alpha, a.data(), a_row, a_col, b.data(), ldb, beta, c.data(), ldc,
+                                      avx512);
+              if (avx512) {  // the same bits as the AVX2 blocks
+                std::vector<float> narrow = c_before;
+                kernels::cpu::tile_gemm(m, n, k, alpha, a.data(), a_row, a_col, b.data(), ldb, beta, narrow.data(), ldc,
+                                        false);
+                CHECK(std::memcmp(narrow.data(), c.data(), c.size() * sizeof(float)) == 0);
               }
-              CHECK(std::isnan(c[static_cast<size_t>(i * ldc + n)]));  // padding untouched
+              int bad = 0;
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t j = 0; j < n; ++j) {
+                  double exact = 0, magnitude = 0;
+                  for (int64_t p = 0; p < k; ++p) {
+                    const double term = static_cast<double>(a[static_cast<size_t>(i * a_row + p * a_col)]) *
+                                        static_cast<double>(b[static_cast<size_t>(p * ldb + j)]);
+                    exact += term;
+                    magnitude += std::abs(term);
+                  }
+                  const size_t at = static_cast<size_t>(i * ldc + j);
+                  const double before = beta == 0.0f ? 0.0 : static_cast<double>(c_before[at]);
+                  const double expected = alpha * exact + beta * before;
+                  bad += !(std::abs(static_cast<double>(c[at]) - expected) <=
+                           1e-6 * (alpha * magnitude + std::abs(before)));
+                }
+                bad += !std::isnan(c[static_cast<size_t>(i * ldc + n)]);  // padding untouched
+              }
+              CHECK(bad == 0);
             }
-          }
 }
 
 TEST_CASE("flash attention on 16-bit inputs computes in float32") {

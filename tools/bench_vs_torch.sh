@@ -5,7 +5,9 @@
 # For each kernel set (the one OpenBLAS picks on this CPU, then the others: the fast set named by
 # heed's hint when the default is generic or AVX2 on an AVX-512 CPU, and the generic Prescott set)
 # and each case, heed-bench and torch_ref.py run alternately ROUNDS times with the same flags and
-# the same OPENBLAS_CORETYPE; the medians, the ratio PyTorch / heed (> 1: heed is faster) and
+# the same OPENBLAS_CORETYPE (PyTorch runs its matmuls on that OpenBLAS set; heed on the code its
+# CpuGemm::Auto picks for it, named in the table: OpenBLAS, or heed's own AVX-512/AVX2 kernels
+# where the set is narrower than the CPU); the medians, the ratio PyTorch / heed (> 1: heed is faster) and
 # heed's whole-step FLOP rate against the sgemm ceiling measured in the same process go into a
 # markdown table headed by the CPU model, the BLAS and each kernel set's ceiling.
 #
@@ -79,16 +81,17 @@ for set in $KERNEL_SETS; do
       heed_times+=("$(echo "$json" | field ms_per_step)")
       heed_gflops+=("$(echo "$json" | field gflops)")
       ceiling=$(echo "$json" | field sgemm_ceiling_gflops)
+      heed_sgemm=$(echo "$json" | field sgemm)
       torch_times+=("$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_ref" $args | field ms_per_step)")
     done
     h=$(printf "%s\n" "${heed_times[@]}" | median)
     t=$(printf "%s\n" "${torch_times[@]}" | median)
     g=$(printf "%s\n" "${heed_gflops[@]}" | median)
     share=$("$python" -c "print(f'{100 * $g / $ceiling:.0f}%')")
-    rows+=("| $label | \`${args%% --steps*}\` | $h | $t | **$(ratio "$t" "$h")x** | $g ($share) |")
+    rows+=("| $label | $heed_sgemm | \`${args%% --steps*}\` | $h | $t | **$(ratio "$t" "$h")x** | $g ($share) |")
     echo "done: $label $args" >&2
   done
-  ceilings+=("$label: sgemm 1024^3 ceiling $ceiling GFLOP/s")
+  ceilings+=("$label: heed's float32 matmuls on $heed_sgemm, sgemm 1024^3 ceiling $ceiling GFLOP/s")
   if [ "$charlm" = 1 ]; then
     [ -x "$heed_charlm" ] && [ -f "$torch_charlm" ] && [ -f "$data" ] || { echo "charlm, torch_charlm.py or data missing" >&2; exit 1; }
     h_line=$(env "${env_set[@]}" HEED_BLAS_WARNING=0 "$heed_charlm" --data "$data" --iters "$charlm_iters" --threads 2 --sample-tokens 0 --out-dir /tmp/bench_vs_torch_charlm | grep "training wall time")
@@ -97,7 +100,7 @@ for set in $KERNEL_SETS; do
     t_json=$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_charlm" "$data" "$charlm_iters")
     t_ms=$(echo "$t_json" | field ms_per_iter)
     t_val=$(echo "$t_json" | field val_loss)
-    rows+=("| $label | charlm, nanoGPT CPU recipe, $charlm_iters iters (val loss heed $h_val, PyTorch $(printf %.4f "$t_val")) | $h_ms | $t_ms | **$(ratio "$t_ms" "$h_ms")x** | |")
+    rows+=("| $label | $heed_sgemm | charlm, nanoGPT CPU recipe, $charlm_iters iters (val loss heed $h_val, PyTorch $(printf %.4f "$t_val")) | $h_ms | $t_ms | **$(ratio "$t_ms" "$h_ms")x** | |")
   fi
 done
 
@@ -106,7 +109,7 @@ ceilings_text=$(printf '%s; ' "${ceilings[@]}")
   echo "Machine: $cpu, 2 threads; $blas. ${ceilings_text%; }."
   echo "Medians of $rounds rounds, heed and PyTorch alternately (tools/bench_vs_torch.sh)."
   echo
-  echo "| BLAS kernels | case | heed ms | PyTorch ms | PyTorch / heed | heed GFLOP/s (of ceiling) |"
-  echo "| --- | --- | --- | --- | --- | --- |"
+  echo "| OpenBLAS kernels (both sides) | heed's sgemm | case | heed ms | PyTorch ms | PyTorch / heed | heed GFLOP/s (of ceiling) |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
   printf "%s\n" "${rows[@]}"
 } | tee ${out:+"$out"}

@@ -3,8 +3,9 @@
 // Forward: for each (batch, head, block of kBlockQ queries), an online softmax over blocks of
 // kBlockK keys: S = scale * Q K^T, masks, running max m and sum l, acc = acc * e^(m_old - m)
 // + P V. Only lse = m + log l per row is stored for backward, never the T x S matrix.
-// The float32 tile products run through BLAS, or in registers (tile_gemm.h) when OpenBLAS runs
-// its generic kernels (flash_attention_tile_products); float64 always through BLAS.
+// The float32 tile products run through BLAS, or in registers (tile_gemm.h, AVX-512 where the CPU
+// has it) when OpenBLAS's kernel set is narrower than the CPU (flash_attention_tile_products);
+// float64 always through BLAS.
 // Backward recomputes P = exp(S - lse) block by block: dV += P^T dO, dP = dO V^T,
 // dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q.
 // Invariants:
@@ -17,6 +18,8 @@
 //  * Dropout masks come from philox_uniform at the element's (b, h, i, j) index, so the
 //    composed path with F::dropout draws the same mask.
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -35,24 +38,37 @@ constexpr int64_t kBlockQ = 64;
 constexpr int64_t kBlockK = 64;
 constexpr int64_t kSinglePassHeads = 8;
 
-std::atomic<int> tile_products_setting{static_cast<int>(TileProducts::Auto)};
+// HEED_ATTENTION_TILES=auto|registers|registers-avx2|blas sets the choice at start-up (for
+// side-by-side measurements of whole programs); anything else is Auto.
+TileProducts tile_products_from_environment() {
+  const char* setting = std::getenv("HEED_ATTENTION_TILES");
+  if (!setting) return TileProducts::Auto;
+  const std::string value = setting;
+  if (value == "registers") return TileProducts::Registers;
+  if (value == "registers-avx2") return TileProducts::RegistersAvx2;
+  if (value == "blas") return TileProducts::Blas;
+  return TileProducts::Auto;
+}
+
+std::atomic<int> tile_products_setting{static_cast<int>(tile_products_from_environment())};
 
 // One tile product, BLAS conventions (row-major, op(A) m x k, op(B) k x n). With register
 // tiles (float32), A or A^T is read through its strides and B^T (a key or value block, at most
 // 64 x head_dim) is first transposed into a per-thread scratch buffer; float64 (the reference
 // precision) always goes to BLAS.
 template <typename T>
-void gemm(bool registers, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm(TileProducts products, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
-    if (registers) {
+    if (products != TileProducts::Blas) {
       const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
-      if (!trans_b) return tile_gemm(m, n, k, alpha, a, a_row, a_col, b, ldb, beta, c, ldc);
+      const bool avx512 = products == TileProducts::Registers && tile_gemm_has_avx512();
+      if (!trans_b) return tile_gemm(m, n, k, alpha, a, a_row, a_col, b, ldb, beta, c, ldc, avx512);
       thread_local std::vector<float> b_transposed;
       b_transposed.resize(static_cast<size_t>(k * n));
       for (int64_t j = 0; j < n; ++j)  // op(B)(p, j) = b[j * ldb + p]
         for (int64_t p = 0; p < k; ++p) b_transposed[static_cast<size_t>(p * n + j)] = b[j * ldb + p];
-      return tile_gemm(m, n, k, alpha, a, a_row, a_col, b_transposed.data(), n, beta, c, ldc);
+      return tile_gemm(m, n, k, alpha, a, a_row, a_col, b_transposed.data(), n, beta, c, ldc, avx512);
     }
   }
   blas_gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -68,7 +84,7 @@ struct Problem {
   const FlashAttentionArgs& a;
   int64_t B, H, T_, S, D, Dv, shift;  // shift = S - T: query i sits at key position i + shift
   bool has_keep, has_additive;
-  bool registers;  // float32 tile products in registers (tile_gemm.h) rather than BLAS
+  TileProducts products;  // float32 tile products in registers (tile_gemm.h) or through BLAS (never Auto)
   AttentionLayout q, k, v, o, go, gq, gk, gv;
   explicit Problem(const FlashAttentionArgs& args)
       : a(args),
@@ -81,7 +97,7 @@ struct Problem {
         shift(args.keys - args.queries),
         has_keep(args.keep.data != nullptr),
         has_additive(args.additive.data != nullptr),
-        registers(flash_attention_tile_products() == TileProducts::Registers),
+        products(flash_attention_tile_products()),
         q(resolve(args.q_layout, T_, D)),
         k(resolve(args.k_layout, S, D)),
         v(resolve(args.v_layout, S, Dv)),
@@ -184,7 +200,7 @@ void forward_typed(const FlashAttentionArgs& args) {
       pr.key_range(b, i0, i1, &lo, &hi);
       for (int64_t j0 = lo - lo % kBlockK; j0 < hi; j0 += kBlockK) {
         const int64_t j1 = std::min(hi, j0 + kBlockK), cols = j1 - j0;
-        gemm<T>(pr.registers, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k + j0 * pr.k.seq, pr.k.seq, T(0),
+        gemm<T>(pr.products, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k + j0 * pr.k.seq, pr.k.seq, T(0),
                 s_tile.data(), kBlockK);
         if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
         for (int64_t r = 0; r < rows; ++r) {
@@ -213,7 +229,7 @@ void forward_typed(const FlashAttentionArgs& args) {
           pr.dropout_tile(p_drop.data(), kBlockK, b, h, i0, i1, j0, j1);
           p = p_drop.data();
         }
-        gemm<T>(pr.registers, false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1),
+        gemm<T>(pr.products, false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1),
                 acc.data(), pr.Dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -253,7 +269,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   const T* v = t.V + Problem<T>::at(pr.v, b, h, j0);
   const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
   // P = exp(scale q k^T (+ masks) - lse)
-  gemm<T>(pr.registers, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k, pr.k.seq, T(0), s.p.data(), kBlockK);
+  gemm<T>(pr.products, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k, pr.k.seq, T(0), s.p.data(), kBlockK);
   if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (int64_t r = 0; r < rows; ++r) {
     T* prow = s.p.data() + r * kBlockK;
@@ -271,9 +287,9 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     p_used = s.pd.data();
   }
   if (dv)
-    gemm<T>(pr.registers, true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.go.seq, T(1), dv, pr.gv.seq);
+    gemm<T>(pr.products, true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.go.seq, T(1), dv, pr.gv.seq);
   // dP = dO v^T (times the dropout mask), dS = P (dP - delta)
-  gemm<T>(pr.registers, false, true, rows, cols, pr.Dv, T(1), dout, pr.go.seq, v, pr.v.seq, T(0), s.dp.data(), kBlockK);
+  gemm<T>(pr.products, false, true, rows, cols, pr.Dv, T(1), dout, pr.go.seq, v, pr.v.seq, T(0), s.dp.data(), kBlockK);
   if (dropout) pr.dropout_tile(s.dp.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (int64_t r = 0; r < rows; ++r) {
     const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
@@ -282,10 +298,9 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     for (int64_t c = 0; c < cols; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
   }
   if (dq)
-    gemm<T>(pr.registers, false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.k.seq, T(1), dq,
-            pr.gq.seq);
+    gemm<T>(pr.products, false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.k.seq, T(1), dq, pr.gq.seq);
   if (dk)
-    gemm<T>(pr.registers, true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.q.seq, T(1), dk, pr.gk.seq);
+    gemm<T>(pr.products, true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.q.seq, T(1), dk, pr.gk.seq);
 }
 
 template <typename T>
@@ -390,10 +405,15 @@ TileProducts flash_attention_tile_products() {
   const auto choice = static_cast<TileProducts>(tile_products_setting.load());
   if (choice != TileProducts::Auto) return choice;
 #if HEED_HAVE_AVX2
-  // OpenBLAS's generic kernels run these small products at about half the register kernel's
-  // speed; its AVX2 sets match it and its AVX-512 sets beat it (README, Performance).
-  static const bool generic_blas = is_generic_core(blas_library().core);
-  return generic_blas ? TileProducts::Registers : TileProducts::Blas;
+  // Registers wherever OpenBLAS runs a kernel set narrower than the CPU (the cases
+  // openblas_coretype_hint names): its generic sets run these small products at about half the
+  // AVX2 register kernel's speed, and its AVX2 sets below the AVX-512 one; where it runs the
+  // CPU's widest set it stays (README, Performance).
+  static const bool narrower = [] {
+    __builtin_cpu_init();
+    return *openblas_coretype_hint(blas_library().core, true, tile_gemm_has_avx512(), __builtin_cpu_is("amd")) != 0;
+  }();
+  return narrower ? TileProducts::Registers : TileProducts::Blas;
 #else
   return TileProducts::Blas;
 #endif

@@ -11,9 +11,10 @@
 // one only with a generic set; measured side by side in the README).
 //
 // Invariants: every C element is one float accumulator, fed p = 0, 1, ..., k-1 in order with
-// fused multiply-adds, then alpha * acc (+ beta * C); the vector and scalar paths evaluate that
-// same sequence, so the result does not depend on where an element sits in the tile or on the
-// thread that computes it. beta == 0 never reads C (it may hold garbage or NaN, as BLAS allows).
+// fused multiply-adds, then alpha * acc (+ beta * C); the AVX-512, AVX2 and scalar paths
+// evaluate that same sequence, so the result does not depend on where an element sits in the
+// tile, on the vector width or on the thread that computes it. beta == 0 never reads C (it may hold garbage or NaN, as
+// BLAS allows).
 #pragma once
 
 #include <cmath>
@@ -115,18 +116,92 @@ inline void block_1x8(int64_t k, float alpha, const float* a, int64_t a_col, con
     c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + p * a_col), _mm256_loadu_ps(b), c0);
   store_scaled(c, c0, alpha, beta);
 }
+
+// ---- AVX-512 (run only where the CPU has it: tile_gemm_has_avx512) ----------------------------
+
+__attribute__((target("avx512f"))) inline void store_scaled_512(float* out, __m512 acc, float alpha, float beta) {
+  const __m512 scaled = _mm512_mul_ps(_mm512_set1_ps(alpha), acc);
+  _mm512_storeu_ps(out, beta == 0.0f ? scaled : _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(out), scaled));
+}
+
+// 8 rows x 32 columns of C in 16 accumulators (the loops are unrolled, so they stay in registers).
+__attribute__((target("avx512f"))) inline void block_8x32(int64_t k, float alpha, const float* a, int64_t a_row,
+                                                          int64_t a_col, const float* b, int64_t ldb, float beta,
+                                                          float* c, int64_t ldc) {
+  __m512 acc[8][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p, b += ldb) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+    const float* ap = a + p * a_col;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m512 x = _mm512_set1_ps(ap[i * a_row]);
+      acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    store_scaled_512(c + i * ldc, acc[i][0], alpha, beta);
+    store_scaled_512(c + i * ldc + 16, acc[i][1], alpha, beta);
+  }
+}
+
+// 1 row x 32 columns (the rows left below a multiple of 8).
+__attribute__((target("avx512f"))) inline void block_1x32(int64_t k, float alpha, const float* a, int64_t a_col,
+                                                          const float* b, int64_t ldb, float beta, float* c) {
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0;
+  for (int64_t p = 0; p < k; ++p, b += ldb) {
+    const __m512 x = _mm512_set1_ps(a[p * a_col]);
+    c0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(b), c0);
+    c1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(b + 16), c1);
+  }
+  store_scaled_512(c, c0, alpha, beta);
+  store_scaled_512(c + 16, c1, alpha, beta);
+}
+
+// Columns [0, n - n % 32) with the AVX-512 blocks; returns the first column left.
+__attribute__((target("avx512f"))) inline int64_t columns_512(int64_t m, int64_t n, int64_t k, float alpha,
+                                                              const float* a, int64_t a_row, int64_t a_col,
+                                                              const float* b, int64_t ldb, float beta, float* c,
+                                                              int64_t ldc) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8)
+      block_8x32(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
+    for (; i < m; ++i) block_1x32(k, alpha, a + i * a_row, a_col, b + j, ldb, beta, c + i * ldc + j);
+  }
+  return j;
+}
 #endif
 
 }  // namespace tile_detail
 
+// Whether this build and CPU can run the AVX-512 blocks (checked once).
+inline bool tile_gemm_has_avx512() {
+#if HEED_HAVE_AVX2
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 // C (m x n, row stride ldc) = alpha * A B + beta * C, where A(i, p) = a[i * a_row + p * a_col]
-// and B(p, j) = b[p * ldb + j].
+// and B(p, j) = b[p * ldb + j]. `avx512` runs 32-column blocks in zmm registers first (only where
+// tile_gemm_has_avx512()); the result is the same bits either way.
 inline void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col,
-                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc, bool avx512 = false) {
   if (m <= 0 || n <= 0) return;
   int64_t j = 0;
 #if HEED_HAVE_AVX2
   using namespace tile_detail;
+  if (avx512) j = columns_512(m, n, k, alpha, a, a_row, a_col, b, ldb, beta, c, ldc);
   for (; j + 16 <= n; j += 16) {
     int64_t i = 0;
     for (; i + 4 <= m; i += 4)
