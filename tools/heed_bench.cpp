@@ -325,7 +325,7 @@ int sgemm_case(const Options& o) {
       rates += fmt::format("{}\"{}\": {:.1f}", c ? ", " : "", blas_info().sgemm, flops / median(seconds[c]) / 1e9);
     }
     set_cpu_gemm(saved);
-    std::printf("{\"case\": \"sgemm %lldx%lldx%lld %s\", \"gflops\": {%s}%s}\n", static_cast<long long>(s.m),
+    std::printf("{\"case\": \"sgemm %lldx%lldx%lld %s\", \"gflops_by_code\": {%s}%s}\n", static_cast<long long>(s.m),
                 static_cast<long long>(s.n), static_cast<long long>(s.k), s.form, rates.c_str(),
                 machine_fields().c_str());
   }

@@ -1,4 +1,6 @@
-// kernels/cpu/blas.cpp — gemm on OpenBLAS (the OpenMP build, sharing heed's thread pool).
+// kernels/cpu/blas.cpp — the CPU gemm: C split into blocks, each block on OpenBLAS (the OpenMP
+// build, sharing heed's thread pool) or, for float32 where OpenBLAS's kernel set is narrower than
+// the CPU, on heed's own packed kernels (sgemm.cpp; the choice is GemmCode, heed::CpuGemm).
 //
 // On the first gemm, when OpenBLAS picked a kernel set narrower than the CPU's vector units
 // (Debian 12's OpenBLAS 0.3.21 picks its generic pre-AVX2 set on Intel CPUs newer than itself,
@@ -10,6 +12,7 @@
 // copied here. OpenBLAS itself always runs single-threaded (blas_call.h); heed parallelises
 // by splitting C into blocks whose sizes depend on the problem shape only, one
 // single-threaded gemm per block, so the result is bit-identical for every thread count.
+// One product runs all its blocks on one code (read once per call).
 #include <strings.h>
 
 #include <atomic>
@@ -90,7 +93,11 @@ GemmCode code_from_environment() {
   const char* setting = std::getenv("HEED_CPU_GEMM");
   if (!setting || !*setting || std::strcmp(setting, "auto") == 0) return resolve(GemmCode::Auto);
   if (std::strcmp(setting, "openblas") == 0) return GemmCode::Openblas;
-  if (std::strcmp(setting, "avx2") == 0 && heed_sgemm_supported(SgemmKernel::Avx2)) return GemmCode::HeedAvx2;
+  if (std::strcmp(setting, "avx2") == 0) {
+    if (heed_sgemm_supported(SgemmKernel::Avx2)) return GemmCode::HeedAvx2;
+    std::fprintf(stderr, "heed: HEED_CPU_GEMM=avx2 but this build has no AVX2 kernels; using auto\n");
+    return resolve(GemmCode::Auto);
+  }
   if (std::strcmp(setting, "avx512") == 0) {
     if (heed_sgemm_supported(SgemmKernel::Avx512)) return GemmCode::HeedAvx512;
     std::fprintf(stderr, "heed: HEED_CPU_GEMM=avx512 but this CPU has no AVX-512; using auto\n");
@@ -143,7 +150,8 @@ void activate_row(GemmActivation activation, const T* z, T* out, int64_t n) {
 // activation the gemm writes z into pre_activation's block and C's block is gelu(z), while z
 // is still in cache.
 template <typename T>
-void gemm_one(const GemmArgs& g, int64_t m, int64_t n, int64_t r0, int64_t c0, const T* a, const T* b, T* batch_c) {
+void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0, int64_t c0, const T* a, const T* b,
+              T* batch_c) {
   T* const c = batch_c + r0 * g.ldc + c0;
   T* const z = g.activation == GemmActivation::None ? c : static_cast<T*>(g.pre_activation) + r0 * g.ldc + c0;
   T beta = static_cast<T>(g.beta);
@@ -152,7 +160,6 @@ void gemm_one(const GemmArgs& g, int64_t m, int64_t n, int64_t r0, int64_t c0, c
     for (int64_t i = 0; i < m; ++i) std::memcpy(z + i * g.ldc, bias, static_cast<size_t>(n) * sizeof(T));
     beta = T(1);
   }
-  const GemmCode code = gemm_code();
   if constexpr (std::is_same_v<T, float>) {
     if (code != GemmCode::Openblas) {
       heed_sgemm(code == GemmCode::HeedAvx512 ? SgemmKernel::Avx512 : SgemmKernel::Avx2, g.trans_a, g.trans_b, m, n,
@@ -194,7 +201,7 @@ void a_row_sums(const GemmArgs& g) {
 }
 
 template <typename T>
-void gemm_typed(const GemmArgs& g) {
+void gemm_typed(const GemmArgs& g, GemmCode code) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);
@@ -212,7 +219,7 @@ void gemm_typed(const GemmArgs& g) {
       const int64_t rows = std::min(grid.rows_per, g.m - r0), cols = std::min(grid.cols_per, g.n - c0);
       const T* ai = a + i * g.batch_stride_a + (g.trans_a ? r0 : r0 * g.lda);
       const T* bi = b + i * g.batch_stride_b + (g.trans_b ? c0 * g.ldb : c0);
-      gemm_one(g, rows, cols, r0, c0, ai, bi, c + i * g.batch_stride_c);
+      gemm_one(g, code, rows, cols, r0, c0, ai, bi, c + i * g.batch_stride_c);
     }
   });
   if (g.a_row_sums) a_row_sums<T>(g);
@@ -264,7 +271,7 @@ double measure_sgemm_gflops(int64_t d, int repeats) {
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    gemm_typed<float>(g);
+    gemm_typed<float>(g, gemm_code());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, 2.0 * static_cast<double>(d) * static_cast<double>(d) * static_cast<double>(d) /
                               std::max(seconds, 1e-9) / 1e9);
@@ -315,8 +322,9 @@ void gemm(const GemmArgs& args) {
   HEED_CHECK((!args.bias && !args.a_row_sums && !activation) || args.k > 0, "gemm",
              "the epilogues need k >= 1, got k = 0");
   if (args.m == 0 || args.n == 0) return;
-  if (args.dtype == kFloat32) return gemm_typed<float>(args);
-  if (args.dtype == kFloat64) return gemm_typed<double>(args);
+  // The code is read once: every block of one product runs on the same one.
+  if (args.dtype == kFloat32) return gemm_typed<float>(args, gemm_code());
+  if (args.dtype == kFloat64) return gemm_typed<double>(args, GemmCode::Openblas);
   fail("gemm", "the CPU gemm has no {} version (16-bit operands are widened by matmul)", dtype_name(args.dtype));
 }
 

@@ -18,6 +18,7 @@
 //  * Dropout masks come from philox_uniform at the element's (b, h, i, j) index, so the
 //    composed path with F::dropout draws the same mask.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -39,18 +40,27 @@ constexpr int64_t kBlockK = 64;
 constexpr int64_t kSinglePassHeads = 8;
 
 // HEED_ATTENTION_TILES=auto|registers|registers-avx2|blas sets the choice at start-up (for
-// side-by-side measurements of whole programs); anything else is Auto.
+// side-by-side measurements of whole programs); anything else is Auto, said once on stderr.
 TileProducts tile_products_from_environment() {
   const char* setting = std::getenv("HEED_ATTENTION_TILES");
-  if (!setting) return TileProducts::Auto;
+  if (!setting || !*setting) return TileProducts::Auto;
   const std::string value = setting;
   if (value == "registers") return TileProducts::Registers;
   if (value == "registers-avx2") return TileProducts::RegistersAvx2;
   if (value == "blas") return TileProducts::Blas;
+  if (value != "auto")
+    std::fprintf(stderr,
+                 "heed: HEED_ATTENTION_TILES=%s is not one of auto, registers, registers-avx2, blas; using auto\n",
+                 setting);
   return TileProducts::Auto;
 }
 
-std::atomic<int> tile_products_setting{static_cast<int>(tile_products_from_environment())};
+// A function-local static: read on first use, never after a setter from another file's
+// start-up code.
+std::atomic<int>& tile_products_setting() {
+  static std::atomic<int> setting{static_cast<int>(tile_products_from_environment())};
+  return setting;
+}
 
 // One tile product, BLAS conventions (row-major, op(A) m x k, op(B) k x n). With register
 // tiles (float32), A or A^T is read through its strides and B^T (a key or value block, at most
@@ -399,10 +409,10 @@ void backward_typed(const FlashAttentionArgs& args) {
 
 }  // namespace
 
-void set_flash_attention_tile_products(TileProducts choice) { tile_products_setting = static_cast<int>(choice); }
+void set_flash_attention_tile_products(TileProducts choice) { tile_products_setting() = static_cast<int>(choice); }
 
 TileProducts flash_attention_tile_products() {
-  const auto choice = static_cast<TileProducts>(tile_products_setting.load());
+  const auto choice = static_cast<TileProducts>(tile_products_setting().load());
   if (choice != TileProducts::Auto) return choice;
 #if HEED_HAVE_AVX2
   // Registers wherever OpenBLAS runs a kernel set narrower than the CPU (the cases

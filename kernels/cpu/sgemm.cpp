@@ -3,10 +3,11 @@
 // thinks the CPU is).
 //
 // Why: OpenBLAS chooses its kernel set once, from a CPU table frozen at its release; Debian 12's
-// 0.3.21 runs its AVX2 set on AMD Zen 4/5 and its SSE3 set on recent Xeons, and even its AVX-512
-// set leaves a third of a Zen 5 core's FMA rate unused on heed's shapes (K = 256 to 2048, blocks
-// of a few hundred rows). This is the classic packed design (Goto / BLIS): op(B) is packed per
-// KC x NR sliver, op(A) per MR x KC panel, and an MR x NR register tile accumulates over KC.
+// 0.3.21 runs its AVX2 set on AMD Zen 4/5 (half the FMA width those CPUs have) and its SSE3 set
+// on recent Xeons (a quarter of it). heed runs these kernels where OpenBLAS's choice is narrower
+// than the CPU (blas.cpp); where OpenBLAS runs its AVX-512 set, the two are within a few percent.
+// This is the classic packed design (Goto / BLIS): op(B) is packed per KC x NR sliver, op(A) per
+// MR x KC panel in blocks of MC = 12 panels, and an MR x NR register tile accumulates over KC.
 //
 // Invariants:
 // - every C element is one float accumulator per KC slice, fed p in increasing order with fused
@@ -15,6 +16,8 @@
 //   thread count and for every position of the element in its tile (edge tiles run the same
 //   register kernel on zero-padded panels).
 // - beta == 0 never reads C (it may hold NaN, as BLAS allows).
+// - this file is compiled with -ffp-contract=off (CMakeLists.txt): the stores' multiply and add
+//   stay two roundings on every path, vector and scalar alike.
 // - packing buffers are thread-local and 64-byte aligned; nothing here allocates per call once
 //   they have grown to the largest block seen.
 #include <algorithm>
@@ -31,6 +34,7 @@ namespace heed::kernels::cpu {
 
 namespace {
 
+#if HEED_HAVE_AVX2
 constexpr int64_t kKc = 256;       // depth of one packed slice: KC x NR floats of B stay in L1
 constexpr int64_t kMcPanels = 12;  // MR-row panels of A packed at once: MC x KC floats stay in L2
 
@@ -38,14 +42,16 @@ struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };
 
-// A thread-local packing buffer that only grows.
+// A thread-local packing buffer that only grows (a failed allocation leaves the old one in place).
 float* scratch(int slot, int64_t floats) {
   thread_local std::unique_ptr<float, AlignedFree> buffers[2];
   thread_local int64_t sizes[2] = {0, 0};
   if (sizes[slot] < floats) {
-    const int64_t rounded = (floats + 15) / 16 * 16;
-    buffers[slot].reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(rounded) * sizeof(float))));
-    HEED_CHECK(buffers[slot] != nullptr, "gemm", "could not allocate a {}-float packing buffer", rounded);
+    const int64_t rounded = (floats + 15) / 16 * 16;  // a multiple of 64 bytes, as aligned_alloc needs
+    std::unique_ptr<float, AlignedFree> grown(
+        static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(rounded) * sizeof(float))));
+    HEED_CHECK(grown != nullptr, "gemm", "could not allocate a {}-float packing buffer", rounded);
+    buffers[slot] = std::move(grown);
     sizes[slot] = rounded;
   }
   return buffers[slot].get();
@@ -125,7 +131,6 @@ void store_edge(const float* tile, int64_t rows, int64_t cols, float* c, int64_t
     }
 }
 
-#if HEED_HAVE_AVX2
 // ---- AVX-512: a 14 x 32 tile in 28 zmm accumulators -------------------------------------------
 
 constexpr int kMr512 = 14, kNr512 = 32;
@@ -153,7 +158,7 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
   __m512 acc[kMr512][2];
 #pragma GCC unroll 14
   for (int i = 0; i < kMr512; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int i = 0; i < kMr512; ++i) {  // C's tile is needed at the end: start bringing it in now
+  for (int i = 0; i < rows; ++i) {  // C's tile is needed at the end: start bringing it in now
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }

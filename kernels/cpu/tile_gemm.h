@@ -1,14 +1,14 @@
 // kernels/cpu/tile_gemm.h — the float32 products inside one flash-attention tile (at most 64 x 64
-// x head_dim), computed in registers with AVX2 instead of through BLAS.
+// x head_dim), computed in registers (AVX2, and AVX-512 where the CPU has it) instead of BLAS.
 //
 // Why: OpenBLAS picks its kernels for the whole library at load time, and on CPUs it does not
-// know (Debian 12's 0.3.21 on a recent Xeon) those are its generic SSE3 kernels, which run
-// these small products at a fraction of what the CPU can do. The attention tiles need only
-// C (m x n) = alpha * A B + beta * C with A read through two strides (so A or A^T comes without
-// a copy) and B row-major with unit column stride (B^T is transposed into a scratch buffer by
-// the caller, see flash_attention.cpp), which a small register-blocked kernel does as fast as
-// OpenBLAS's AVX2 kernels (its AVX-512 kernels are faster still, so flash attention uses this
-// one only with a generic set; measured side by side in the README).
+// know (Debian 12's 0.3.21 on a recent Xeon, or on AMD's Zen 4/5) those are its generic SSE3 or
+// its AVX2 kernels, which run these small products at a fraction of what the CPU can do. The
+// attention tiles need only C (m x n) = alpha * A B + beta * C with A read through two strides
+// (so A or A^T comes without a copy) and B row-major with unit column stride (B^T is transposed
+// into a scratch buffer by the caller, see flash_attention.cpp), which a small register-blocked
+// kernel does as fast as OpenBLAS's kernels of the same width; flash attention uses it where
+// OpenBLAS's set is narrower than the CPU (measured side by side in the README).
 //
 // Invariants: every C element is one float accumulator, fed p = 0, 1, ..., k-1 in order with
 // fused multiply-adds, then alpha * acc (+ beta * C); the AVX-512, AVX2 and scalar paths
@@ -179,7 +179,8 @@ __attribute__((target("avx512f"))) inline int64_t columns_512(int64_t m, int64_t
 
 }  // namespace tile_detail
 
-// Whether this build and CPU can run the AVX-512 blocks (checked once).
+// Whether this build and CPU can run the AVX-512 blocks (checked once; tile_gemm's avx512 flag
+// must only be set where this is true).
 inline bool tile_gemm_has_avx512() {
 #if HEED_HAVE_AVX2
   static const bool has = [] {

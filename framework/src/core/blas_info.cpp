@@ -53,6 +53,12 @@ BlasInfo blas_info() {
   return info;
 }
 
+// CpuGemm and the kernel layer's GemmCode name the same choices with the same values.
+static_assert(static_cast<int>(CpuGemm::Auto) == static_cast<int>(kernels::cpu::GemmCode::Auto) &&
+              static_cast<int>(CpuGemm::Openblas) == static_cast<int>(kernels::cpu::GemmCode::Openblas) &&
+              static_cast<int>(CpuGemm::HeedAvx2) == static_cast<int>(kernels::cpu::GemmCode::HeedAvx2) &&
+              static_cast<int>(CpuGemm::HeedAvx512) == static_cast<int>(kernels::cpu::GemmCode::HeedAvx512));
+
 void set_cpu_gemm(CpuGemm choice) { kernels::cpu::set_gemm_code(static_cast<kernels::cpu::GemmCode>(choice)); }
 
 CpuGemm cpu_gemm() { return static_cast<CpuGemm>(kernels::cpu::gemm_code()); }
