@@ -57,6 +57,42 @@ float* scratch(int slot, int64_t floats) {
   return buffers[slot].get();
 }
 
+// out[p * width + i] = src[i * ld + p] for i < rows, 0 for rows <= i < width, p < kc: the
+// transposing copy behind both packings whose source runs along p (op(A) = A, op(B) = B^T).
+// 8 x 8 blocks are transposed in ymm registers; the p tail is scalar.
+void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, int64_t width, float* out) {
+  for (int64_t i0 = 0; i0 < width; i0 += 8) {
+    const int64_t valid = std::clamp<int64_t>(rows - i0, 0, 8), lanes = std::min<int64_t>(width - i0, 8);
+    const __m256i store_mask =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    int64_t p0 = 0;
+    for (; p0 + 8 <= kc; p0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = i < valid ? _mm256_loadu_ps(src + (i0 + i) * ld + p0) : _mm256_setzero_ps();
+      // 8 x 8 transpose: pairs, quads, then 128-bit halves.
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 columns[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                                 _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                                 _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                                 _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+      for (int q = 0; q < 8; ++q) _mm256_maskstore_ps(out + (p0 + q) * width + i0, store_mask, columns[q]);
+    }
+    for (; p0 < kc; ++p0)
+      for (int64_t i = 0; i < lanes; ++i) out[p0 * width + i0 + i] = i < valid ? src[(i0 + i) * ld + p0] : 0.0f;
+  }
+}
+
 // Packs rows [0, m) x depth [p0, p0 + kc) of op(A) into MR-row panels: panel r holds, for each p,
 // the MR values op(A)[r*MR + i, p] contiguously; rows past m are zero.
 template <int MR>
@@ -67,18 +103,16 @@ void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, in
       for (int64_t p = 0; p < kc; ++p) {
         const float* src = a + (p0 + p) * lda + r0;
         float* dst = out + p * MR;
-        int64_t i = 0;
-        for (; i < rows; ++i) dst[i] = src[i];
-        for (; i < MR; ++i) dst[i] = 0.0f;
+        if (rows == MR) {
+          std::memcpy(dst, src, MR * sizeof(float));
+        } else {
+          int64_t i = 0;
+          for (; i < rows; ++i) dst[i] = src[i];
+          for (; i < MR; ++i) dst[i] = 0.0f;
+        }
       }
-    } else {  // op(A)[i, p] = a[i * lda + p]: gather one value from each row
-      int64_t i = 0;
-      for (; i < rows; ++i) {
-        const float* src = a + (r0 + i) * lda + p0;
-        for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = src[p];
-      }
-      for (; i < MR; ++i)
-        for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = 0.0f;
+    } else {  // op(A)[i, p] = a[i * lda + p]: each row runs along p
+      pack_transposed(a + r0 * lda + p0, lda, rows, kc, MR, out);
     }
     out += MR * kc;
   }
@@ -102,14 +136,8 @@ void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t n, int64_t p0, in
           for (; j < NR; ++j) dst[j] = 0.0f;
         }
       }
-    } else {  // op(B)[p, j] = b[j * ldb + p]
-      int64_t j = 0;
-      for (; j < cols; ++j) {
-        const float* src = b + (c0 + j) * ldb + p0;
-        for (int64_t p = 0; p < kc; ++p) out[p * NR + j] = src[p];
-      }
-      for (; j < NR; ++j)
-        for (int64_t p = 0; p < kc; ++p) out[p * NR + j] = 0.0f;
+    } else {  // op(B)[p, j] = b[j * ldb + p]: each column of op(B) is a row of b, along p
+      pack_transposed(b + c0 * ldb + p0, ldb, cols, kc, NR, out);
     }
     out += NR * kc;
   }
