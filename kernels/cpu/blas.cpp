@@ -82,11 +82,8 @@ namespace {
 // kernels and heed's are within a few percent there, and it is the library users compare with).
 GemmCode resolve(GemmCode code) {
   if (code != GemmCode::Auto) return code;
-  __builtin_cpu_init();
-  const bool avx2 = heed_sgemm_supported(SgemmKernel::Avx2), avx512 = heed_sgemm_supported(SgemmKernel::Avx512);
-  if (!avx2 || !*openblas_coretype_hint(blas_library().core, avx2, avx512, __builtin_cpu_is("amd")))
-    return GemmCode::Openblas;
-  return avx512 ? GemmCode::HeedAvx512 : GemmCode::HeedAvx2;
+  if (!openblas_narrower_than_heed()) return GemmCode::Openblas;
+  return heed_sgemm_supported(SgemmKernel::Avx512) ? GemmCode::HeedAvx512 : GemmCode::HeedAvx2;
 }
 
 GemmCode code_from_environment() {
@@ -112,6 +109,15 @@ std::atomic<GemmCode>& current_gemm_code() {
   return code;
 }
 }  // namespace
+
+bool openblas_narrower_than_heed() {
+  static const bool narrower = [] {
+    const bool avx2 = heed_sgemm_supported(SgemmKernel::Avx2), avx512 = heed_sgemm_supported(SgemmKernel::Avx512);
+    __builtin_cpu_init();
+    return avx2 && *openblas_coretype_hint(blas_library().core, avx2, avx512, __builtin_cpu_is("amd")) != 0;
+  }();
+  return narrower;
+}
 
 void set_gemm_code(GemmCode code) {
   HEED_CHECK(code != GemmCode::HeedAvx512 || heed_sgemm_supported(SgemmKernel::Avx512), "set_cpu_gemm",

@@ -44,6 +44,10 @@ enum class SgemmKernel { Avx2, Avx512 };
 bool heed_sgemm_supported(SgemmKernel kernel);
 void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Whether OpenBLAS's kernel set is narrower than heed's own kernels on this CPU (a generic set
+// where heed has AVX2, an AVX2 set where it has AVX-512: openblas_coretype_hint is not empty).
+// Decides Auto for both the float32 gemm code and flash attention's tile products. Checked once.
+bool openblas_narrower_than_heed();
 // Which code computes float32 gemms: Auto (the default) is heed's own kernels where OpenBLAS's
 // kernel set is narrower than the CPU (openblas_coretype_hint not empty), OpenBLAS elsewhere.
 // HEED_CPU_GEMM=openblas|avx2|avx512 in the environment sets it at start-up.

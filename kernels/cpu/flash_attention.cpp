@@ -419,11 +419,7 @@ TileProducts flash_attention_tile_products() {
   // openblas_coretype_hint names): its generic sets run these small products at about half the
   // AVX2 register kernel's speed, and its AVX2 sets below the AVX-512 one; where it runs the
   // CPU's widest set it stays (README, Performance).
-  static const bool narrower = [] {
-    __builtin_cpu_init();
-    return *openblas_coretype_hint(blas_library().core, true, tile_gemm_has_avx512(), __builtin_cpu_is("amd")) != 0;
-  }();
-  return narrower ? TileProducts::Registers : TileProducts::Blas;
+  return openblas_narrower_than_heed() ? TileProducts::Registers : TileProducts::Blas;
 #else
   return TileProducts::Blas;
 #endif

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu_kernels.h"  // heed_sgemm_supported: the same build and CPU test as heed's sgemm
 #include "vec_math.h"
 
 namespace heed::kernels::cpu {
@@ -181,17 +182,7 @@ __attribute__((target("avx512f"))) inline int64_t columns_512(int64_t m, int64_t
 
 // Whether this build and CPU can run the AVX-512 blocks (checked once; tile_gemm's avx512 flag
 // must only be set where this is true).
-inline bool tile_gemm_has_avx512() {
-#if HEED_HAVE_AVX2
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
+inline bool tile_gemm_has_avx512() { return heed_sgemm_supported(SgemmKernel::Avx512); }
 
 // C (m x n, row stride ldc) = alpha * A B + beta * C, where A(i, p) = a[i * a_row + p * a_col]
 // and B(p, j) = b[p * ldb + j]. `avx512` runs 32-column blocks in zmm registers first (only where
