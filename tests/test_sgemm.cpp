@@ -222,7 +222,64 @@ TEST_CASE("CPU gemm under each choice: Linear with its epilogues against float64
       // float32 sums of up to 600 terms of magnitude O(1): relative to the largest value.
       const double scale = max(abs(want[i])).item<double>();
       CHECK(max_abs_diff(got[i], want[i]) <= 2e-5 * scale);
-      CHECK(max_abs_diff(one_thread[i], got[i]) == 0.0);  // tasks depend on the shape only
+      CHECK(max_abs_diff(one_thread[i], got[i]) == 0.0);  // the same bits for every thread count
+    }
+  }
+}
+
+TEST_CASE(
+    "CPU gemm row-sum epilogue: heed's kernels sum op(A) = A^T while packing it, the same bits as the separate pass") {
+  KeepCpuGemm keep;
+  // The weight-gradient shape: op(A) = A^T with A (k, m); m = 390 leaves a partial 14- and
+  // 6-row panel, k = 600 spans three KC slices, n = 520 gives several tasks on two threads.
+  const int64_t m = 390, n = 520, k = 600;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(k * m)), b(static_cast<size_t>(k * n));
+  for (float& v : a) v = normal(rng);
+  for (float& v : b) v = normal(rng);
+  std::vector<double> want(static_cast<size_t>(m), 0.0);  // in p order, in double, as specified
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t i = 0; i < m; ++i) want[static_cast<size_t>(i)] += a[static_cast<size_t>(p * m + i)];
+  std::vector<float> separate;
+  for (CpuGemm choice : choices_here()) {
+    for (int threads : {1, 2}) {
+      CAPTURE(static_cast<int>(choice));
+      CAPTURE(threads);
+      set_cpu_gemm(choice);
+      const int saved_threads = get_num_threads();
+      set_num_threads(threads);
+      std::vector<float> c(static_cast<size_t>(m * n)), sums(static_cast<size_t>(m), std::nanf(""));
+      kernels::GemmArgs g;
+      g.trans_a = true;
+      g.m = m;
+      g.n = n;
+      g.k = k;
+      g.a = a.data();
+      g.lda = m;
+      g.b = b.data();
+      g.ldb = n;
+      g.c = c.data();
+      g.ldc = n;
+      g.a_row_sums = sums.data();
+      kernels::cpu::gemm(g);
+      set_num_threads(saved_threads);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < m; ++i)
+        wrong += sums[static_cast<size_t>(i)] != static_cast<float>(want[static_cast<size_t>(i)]);
+      CHECK(wrong == 0);
+      if (separate.empty())
+        separate = sums;  // OpenBLAS's choice: the rows summed in a pass of their own
+      else
+        CHECK(std::memcmp(sums.data(), separate.data(), sums.size() * sizeof(float)) == 0);
+      // And the product itself, spot-checked against float64.
+      for (int64_t i = 0; i < m; i += 41)
+        for (int64_t j = 0; j < n; j += 37) {
+          double dot = 0.0;
+          for (int64_t p = 0; p < k; ++p)
+            dot += static_cast<double>(a[static_cast<size_t>(p * m + i)]) * b[static_cast<size_t>(p * n + j)];
+          CHECK(std::abs(c[static_cast<size_t>(i * n + j)] - dot) <= 1e-4 * std::sqrt(static_cast<double>(k)));
+        }
     }
   }
 }

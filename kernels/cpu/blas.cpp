@@ -10,9 +10,12 @@
 //
 // Invariants: operands are passed with transpose flags and leading dimensions, never
 // copied here. OpenBLAS itself always runs single-threaded (blas_call.h); heed parallelises
-// by splitting C into blocks whose sizes depend on the problem shape only, one
-// single-threaded gemm per block, so the result is bit-identical for every thread count.
-// One product runs all its blocks on one code (read once per call).
+// by splitting C into blocks, one single-threaded gemm per block, and the result is
+// bit-identical for every thread count: for OpenBLAS the blocks depend on the problem shape
+// only; heed's kernels give an element the same bits in any block, so there one block per
+// thread packs each operand once (plan_grid_for_threads). One product runs all its blocks on
+// one code (read once per call). The row-sum epilogue is summed in double in k order, in a
+// pass of its own or (heed's kernels, op(A) = A^T) while A^T is packed: the same bits.
 #include <strings.h>
 
 #include <atomic>
@@ -43,16 +46,14 @@ struct Grid {
   int64_t row_parts = 1, col_parts = 1, rows_per = 0, cols_per = 0;
 };
 
-Grid plan_grid(int64_t m, int64_t n, int64_t k) {
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  int64_t tasks = 1;
-  while (tasks < kMaxTasks && flops / static_cast<double>(tasks * 2) >= kMinTaskFlops) tasks *= 2;
-  // Among the grids with that many tasks, pick the one that packs the least: every row part
-  // packs its (k, n/col_parts) slice of B, every column part its (m/row_parts, k) slice of A,
-  // so the packed volume is k * (row_parts * n + col_parts * m).
+// Among the grids of `tasks` blocks (rows x cols == tasks), the one that packs the least: every
+// row part packs its (k, n/col_parts) slice of B, every column part its (m/row_parts, k) slice of
+// A, so the packed volume is k * (row_parts * n + col_parts * m).
+Grid grid_of(int64_t m, int64_t n, int64_t tasks) {
   Grid g;
   double best = -1;
-  for (int64_t rows = 1; rows <= tasks; rows *= 2) {
+  for (int64_t rows = 1; rows <= tasks; ++rows) {
+    if (tasks % rows != 0) continue;
     const int64_t cols = tasks / rows;
     if (m / rows < kRowAlign && rows > 1) continue;
     if (n / cols < kColAlign && cols > 1) continue;
@@ -70,6 +71,25 @@ Grid plan_grid(int64_t m, int64_t n, int64_t k) {
   g.row_parts = (m + g.rows_per - 1) / g.rows_per;
   g.col_parts = (n + g.cols_per - 1) / g.cols_per;
   return g;
+}
+
+// OpenBLAS: a power-of-two task count that depends on the problem shape only (an OpenBLAS
+// block's bits may depend on its shape, so the blocks must not depend on the thread count).
+Grid plan_grid(int64_t m, int64_t n, int64_t k) {
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  int64_t tasks = 1;
+  while (tasks < kMaxTasks && flops / static_cast<double>(tasks * 2) >= kMinTaskFlops) tasks *= 2;
+  return grid_of(m, n, tasks);
+}
+
+// heed's kernels: an element's bits depend on its row, column and k only (sgemm.cpp), so the
+// blocks may follow the thread count: one block per thread that has work (of at least
+// kMinTaskFlops), and each block packs its operands once instead of once per small task.
+Grid plan_grid_for_threads(int64_t m, int64_t n, int64_t k, int64_t batch, int threads) {
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t per_batch = (threads + batch - 1) / batch;  // batched products: spread the batch first
+  const int64_t by_size = std::max<int64_t>(1, static_cast<int64_t>(flops / kMinTaskFlops));
+  return grid_of(m, n, std::max<int64_t>(1, std::min(per_batch, by_size)));
 }
 }  // namespace
 
@@ -157,7 +177,7 @@ void activate_row(GemmActivation activation, const T* z, T* out, int64_t n) {
 // is still in cache.
 template <typename T>
 void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0, int64_t c0, const T* a, const T* b,
-              T* batch_c) {
+              T* batch_c, double* row_sums) {
   T* const c = batch_c + r0 * g.ldc + c0;
   T* const z = g.activation == GemmActivation::None ? c : static_cast<T*>(g.pre_activation) + r0 * g.ldc + c0;
   T beta = static_cast<T>(g.beta);
@@ -169,7 +189,7 @@ void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0
   if constexpr (std::is_same_v<T, float>) {
     if (code != GemmCode::Openblas) {
       heed_sgemm(code == GemmCode::HeedAvx512 ? SgemmKernel::Avx512 : SgemmKernel::Avx2, g.trans_a, g.trans_b, m, n,
-                 g.k, static_cast<float>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
+                 g.k, static_cast<float>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc, row_sums);
     } else {
       blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
     }
@@ -211,13 +231,19 @@ void gemm_typed(const GemmArgs& g, GemmCode code) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);
-  const Grid grid = plan_grid(g.m, g.n, g.k);
+  const Grid grid = code == GemmCode::Openblas ? plan_grid(g.m, g.n, g.k)
+                                               : plan_grid_for_threads(g.m, g.n, g.k, g.batch, max_threads());
   const int64_t tasks_per_batch = grid.row_parts * grid.col_parts;
   // Many small batched products: group them so each parallel chunk has real work (grouping
   // never changes what a task computes).
   const double flops_per_task = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) /
                                 static_cast<double>(tasks_per_batch);
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kMinTaskFlops / std::max(flops_per_task, 1.0)));
+  // heed's kernels sum the rows of op(A) = A^T while they pack it (the tasks of the first column
+  // part, which between them pack every row once), in the order the separate pass uses.
+  std::vector<double> fused_sums;
+  if (std::is_same_v<T, float> && code != GemmCode::Openblas && g.a_row_sums && g.trans_a)
+    fused_sums.assign(static_cast<size_t>(g.m), 0.0);
   parallel_for(g.batch * tasks_per_batch, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t i = task / tasks_per_batch, t = task % tasks_per_batch;
@@ -225,10 +251,16 @@ void gemm_typed(const GemmArgs& g, GemmCode code) {
       const int64_t rows = std::min(grid.rows_per, g.m - r0), cols = std::min(grid.cols_per, g.n - c0);
       const T* ai = a + i * g.batch_stride_a + (g.trans_a ? r0 : r0 * g.lda);
       const T* bi = b + i * g.batch_stride_b + (g.trans_b ? c0 * g.ldb : c0);
-      gemm_one(g, code, rows, cols, r0, c0, ai, bi, c + i * g.batch_stride_c);
+      double* sums = !fused_sums.empty() && c0 == 0 ? fused_sums.data() + r0 : nullptr;
+      gemm_one(g, code, rows, cols, r0, c0, ai, bi, c + i * g.batch_stride_c, sums);
     }
   });
-  if (g.a_row_sums) a_row_sums<T>(g);
+  if (!fused_sums.empty()) {
+    T* out = static_cast<T*>(g.a_row_sums);
+    for (int64_t r = 0; r < g.m; ++r) out[r] = static_cast<T>(fused_sums[static_cast<size_t>(r)]);
+  } else if (g.a_row_sums) {
+    a_row_sums<T>(g);
+  }
 }
 }  // namespace
 

@@ -152,6 +152,23 @@ struct Problem {
   void mask_tile(T* s, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     const int64_t limit = key_limit(b);
     const T neg_inf = -std::numeric_limits<T>::infinity();
+    if (!has_keep && !has_additive) {  // the position masks only: each row sees one run of keys
+      for (int64_t i = i0; i < i1; ++i) {
+        T* row = s + (i - i0) * ld;
+        const int64_t pos = i + shift;
+        int64_t lo = j0, hi = std::min(j1, limit);
+        if (a.causal) hi = std::min(hi, pos + 1);
+        if (a.window >= 0) {
+          lo = std::max(lo, pos - a.window);
+          hi = std::min(hi, pos + a.window + 1);
+        }
+        lo = std::min(lo, j1);
+        hi = std::clamp(hi, lo, j1);  // keys [lo, hi) are visible, j0 <= lo <= hi <= j1
+        std::fill(row, row + (lo - j0), neg_inf);
+        std::fill(row + (hi - j0), row + (j1 - j0), neg_inf);
+      }
+      return;
+    }
     for (int64_t i = i0; i < i1; ++i) {
       T* row = s + (i - i0) * ld;
       const int64_t pos = i + shift;
@@ -215,18 +232,13 @@ void forward_typed(const FlashAttentionArgs& args) {
         if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
         for (int64_t r = 0; r < rows; ++r) {
           T* srow = s_tile.data() + r * kBlockK;
-          T row_max = -std::numeric_limits<T>::infinity();
-          for (int64_t c = 0; c < cols; ++c) row_max = srow[c] > row_max ? srow[c] : row_max;
-          const T new_max = std::max(m[r], row_max);
+          const T new_max = std::max(m[r], row_max(srow, cols));
           if (new_max == -std::numeric_limits<T>::infinity()) {  // nothing visible yet
             for (int64_t c = 0; c < cols; ++c) srow[c] = T(0);
             continue;
           }
           const T correction = m[r] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[r] - new_max);
-          exp_shifted(srow, srow, cols, new_max);
-          T row_sum = 0;
-          for (int64_t c = 0; c < cols; ++c) row_sum += srow[c];
-          l[r] = l[r] * correction + row_sum;
+          l[r] = l[r] * correction + exp_shifted_sum(srow, srow, cols, new_max);
           m[r] = new_max;
           if (correction != T(1)) {
             T* arow = acc.data() + r * pr.Dv;

@@ -95,11 +95,26 @@ void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, int
 
 // Packs rows [0, m) x depth [p0, p0 + kc) of op(A) into MR-row panels: panel r holds, for each p,
 // the MR values op(A)[r*MR + i, p] contiguously; rows past m are zero.
+// With row_sums (trans_a only), row_sums[i] += op(A)[i, p] for p in increasing order, in double.
 template <int MR>
-void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, int64_t kc, float* out) {
+void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, int64_t kc, float* out,
+            double* row_sums) {
   for (int64_t r0 = 0; r0 < m; r0 += MR) {
     const int64_t rows = std::min<int64_t>(MR, m - r0);
     if (trans_a) {  // op(A)[i, p] = a[p * lda + i]: each p is a contiguous run of rows
+      if (row_sums != nullptr && rows == MR) {
+        double sums[MR];  // the running sums, added to in p order as the separate pass would
+        for (int i = 0; i < MR; ++i) sums[i] = row_sums[r0 + i];
+        for (int64_t p = 0; p < kc; ++p) {
+          const float* src = a + (p0 + p) * lda + r0;
+          float* dst = out + p * MR;
+          std::memcpy(dst, src, MR * sizeof(float));
+          for (int i = 0; i < MR; ++i) sums[i] += static_cast<double>(dst[i]);
+        }
+        for (int i = 0; i < MR; ++i) row_sums[r0 + i] = sums[i];
+        out += MR * kc;
+        continue;
+      }
       for (int64_t p = 0; p < kc; ++p) {
         const float* src = a + (p0 + p) * lda + r0;
         float* dst = out + p * MR;
@@ -109,6 +124,8 @@ void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, in
           int64_t i = 0;
           for (; i < rows; ++i) dst[i] = src[i];
           for (; i < MR; ++i) dst[i] = 0.0f;
+          if (row_sums != nullptr)
+            for (i = 0; i < rows; ++i) row_sums[r0 + i] += static_cast<double>(src[i]);
         }
       }
     } else {  // op(A)[i, p] = a[i * lda + p]: each row runs along p
@@ -270,7 +287,7 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
 // tile of those rows runs over the slice with its B sliver in L1.
 template <int MR, int NR, typename Tile>
 void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums) {
   constexpr int64_t kMc = MR * kMcPanels;
   const int64_t n_slivers = (n + NR - 1) / NR;
   const int64_t kc_max = std::min(k, kKc);
@@ -283,7 +300,8 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
     for (int64_t i0 = 0; i0 < m; i0 += kMc) {
       const int64_t mc = std::min(kMc, m - i0);
       const int64_t m_panels = (mc + MR - 1) / MR;
-      pack_a<MR>(trans_a, trans_a ? a + i0 : a + i0 * lda, lda, mc, p0, kc, packed_a);
+      pack_a<MR>(trans_a, trans_a ? a + i0 : a + i0 * lda, lda, mc, p0, kc, packed_a,
+                 a_row_sums != nullptr ? a_row_sums + i0 : nullptr);
       for (int64_t s = 0; s < n_slivers; ++s) {
         const float* pb = packed_b + s * NR * kc;
         const int64_t cols = std::min<int64_t>(NR, n - s * NR);
@@ -312,9 +330,11 @@ bool heed_sgemm_supported(SgemmKernel kernel) {
 }
 
 void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                double* a_row_sums) {
+  HEED_CHECK(a_row_sums == nullptr || trans_a, "gemm", "heed's gemm sums the rows of op(A) = A^T only");
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // C = beta * C (beta 0 writes zeros without reading C)
+  if (k <= 0) {  // C = beta * C (beta 0 writes zeros without reading C); no p to sum over
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
@@ -323,9 +343,9 @@ void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64
              kernel == SgemmKernel::Avx512 ? "AVX-512" : "AVX2");
 #if HEED_HAVE_AVX2
   if (kernel == SgemmKernel::Avx512)
-    packed_gemm<kMr512, kNr512>(tile_512, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    packed_gemm<kMr512, kNr512>(tile_512, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums);
   else
-    packed_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    packed_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums);
 #endif
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -170,6 +171,65 @@ inline void exp_shifted(const float* in, float* out, int64_t n, float shift) {
 
 inline void exp_shifted(const double* in, double* out, int64_t n, double shift) {
   for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i] - shift);
+}
+
+// The largest of n >= 1 floats; NaNs are skipped as by `x > best ? x : best` (the exact maximum,
+// so the lane order does not matter).
+inline float row_max(const float* x, int64_t n) {
+  float best = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+#if HEED_HAVE_AVX2
+  if (n >= 8) {
+    __m256 v = _mm256_set1_ps(best);
+    for (; i + 8 <= n; i += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + i), v);  // a NaN load keeps v
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, v);
+    for (float lane : lanes) best = lane > best ? lane : best;
+  }
+#endif
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+inline double row_max(const double* x, int64_t n) {
+  double best = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+// out[i] = exp(in[i] - shift) as exp_shifted, and returns their sum (in 8 lane-wise partial
+// sums, then the lanes in order and the tail: a fixed order for a given n).
+inline float exp_shifted_sum(const float* in, float* out, int64_t n, float shift) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if HEED_HAVE_AVX2
+  if (n >= 8) {
+    const __m256 s = _mm256_set1_ps(shift);
+    __m256 partial = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+      const __m256 e = fast_exp8(_mm256_sub_ps(_mm256_loadu_ps(in + i), s));
+      _mm256_storeu_ps(out + i, e);
+      partial = _mm256_add_ps(partial, e);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, partial);
+    for (float lane : lanes) sum += lane;
+  }
+#endif
+  for (; i < n; ++i) {
+    out[i] = fast_exp(in[i] - shift);
+    sum += out[i];
+  }
+  return sum;
+}
+
+inline double exp_shifted_sum(const double* in, double* out, int64_t n, double shift) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = std::exp(in[i] - shift);
+    sum += out[i];
+  }
+  return sum;
 }
 
 }  // namespace heed::kernels::cpu
