@@ -289,10 +289,15 @@ TEST_CASE("set_cpu_gemm: Auto resolves, a kernel the CPU lacks is refused") {
   set_cpu_gemm(CpuGemm::Auto);
   const CpuGemm resolved = cpu_gemm();
   CHECK(resolved != CpuGemm::Auto);
-  // Auto runs heed's kernels exactly where OpenBLAS's set is narrower than the CPU.
+  // Auto: heed's AVX-512 kernel wherever the CPU has it; heed's AVX2 kernel exactly where
+  // OpenBLAS runs a generic set on an AVX2 CPU; OpenBLAS otherwise.
   const BlasInfo info = blas_info();
-  if (kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx2))
-    CHECK((resolved == CpuGemm::Openblas) == info.coretype_hint.empty());
+  if (kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx512))
+    CHECK(resolved == CpuGemm::HeedAvx512);
+  else if (kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx2))
+    CHECK((resolved == CpuGemm::HeedAvx2) == !info.coretype_hint.empty());
+  else
+    CHECK(resolved == CpuGemm::Openblas);
   if (!kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx512))
     CHECK_THROWS_WITH_AS(set_cpu_gemm(CpuGemm::HeedAvx512), doctest::Contains("heed::set_cpu_gemm"), Error);
   else

@@ -1,6 +1,7 @@
 // kernels/cpu/blas.cpp — the CPU gemm: C split into blocks, each block on OpenBLAS (the OpenMP
-// build, sharing heed's thread pool) or, for float32 where OpenBLAS's kernel set is narrower than
-// the CPU, on heed's own packed kernels (sgemm.cpp; the choice is GemmCode, heed::CpuGemm).
+// build, sharing heed's thread pool) or, for float32 on AVX-512 CPUs and where OpenBLAS runs a
+// generic kernel set on an AVX2 CPU, on heed's own packed kernels (sgemm.cpp; the choice is
+// GemmCode, heed::CpuGemm).
 //
 // On the first gemm, when OpenBLAS picked a kernel set narrower than the CPU's vector units
 // (Debian 12's OpenBLAS 0.3.21 picks its generic pre-AVX2 set on Intel CPUs newer than itself,
@@ -96,14 +97,17 @@ Grid plan_grid_for_threads(int64_t m, int64_t n, int64_t k, int64_t batch, int t
 void set_threads(int n) { omp_set_num_threads(n); }
 
 namespace {
-// Auto: heed's own kernels where OpenBLAS's kernel set is narrower than the CPU's vector units
-// (a generic set on an AVX2/AVX-512 CPU, an AVX2 set on an AVX-512 CPU: what
-// openblas_coretype_hint reports), OpenBLAS where it already runs the CPU's widest set (its
-// kernels and heed's are within a few percent there, and it is the library users compare with).
+// Auto: heed's AVX-512 kernel on every CPU with AVX-512F (faster there than each of OpenBLAS's
+// sets, its SkylakeX set included: one block per thread instead of shape-only blocks, the
+// bias gradient summed while packing; README, "Which BLAS kernels run"); heed's AVX2 kernel on
+// an AVX2 CPU where OpenBLAS runs a generic set (what openblas_coretype_hint reports);
+// OpenBLAS where it runs its AVX2 set on an AVX2 CPU (level with heed's AVX2 kernel, and the
+// library users compare with) or where heed's kernels are not built.
 GemmCode resolve(GemmCode code) {
   if (code != GemmCode::Auto) return code;
-  if (!openblas_narrower_than_heed()) return GemmCode::Openblas;
-  return heed_sgemm_supported(SgemmKernel::Avx512) ? GemmCode::HeedAvx512 : GemmCode::HeedAvx2;
+  if (heed_sgemm_supported(SgemmKernel::Avx512)) return GemmCode::HeedAvx512;
+  if (openblas_narrower_than_heed()) return GemmCode::HeedAvx2;
+  return GemmCode::Openblas;
 }
 
 GemmCode code_from_environment() {

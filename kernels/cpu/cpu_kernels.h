@@ -50,10 +50,12 @@ void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64
                 double* a_row_sums = nullptr);
 // Whether OpenBLAS's kernel set is narrower than heed's own kernels on this CPU (a generic set
 // where heed has AVX2, an AVX2 set where it has AVX-512: openblas_coretype_hint is not empty).
-// Decides Auto for both the float32 gemm code and flash attention's tile products. Checked once.
+// Decides Auto for flash attention's tile products, and for the float32 gemm code on CPUs
+// without AVX-512. Checked once.
 bool openblas_narrower_than_heed();
-// Which code computes float32 gemms: Auto (the default) is heed's own kernels where OpenBLAS's
-// kernel set is narrower than the CPU (openblas_coretype_hint not empty), OpenBLAS elsewhere.
+// Which code computes float32 gemms: Auto (the default) is heed's AVX-512 kernel on every CPU
+// with AVX-512F, heed's AVX2 kernel where OpenBLAS runs a generic set on an AVX2 CPU, OpenBLAS
+// elsewhere (its AVX2 set on an AVX2 CPU, or builds without heed's kernels).
 // HEED_CPU_GEMM=openblas|avx2|avx512 in the environment sets it at start-up.
 // (The same values as heed::CpuGemm in heed/blas_info.h, which converts to it.)
 enum class GemmCode { Auto, Openblas, HeedAvx2, HeedAvx512 };

@@ -4,8 +4,9 @@
 //
 // Why: OpenBLAS chooses its kernel set once, from a CPU table frozen at its release; Debian 12's
 // 0.3.21 runs its AVX2 set on AMD Zen 4/5 (half the FMA width those CPUs have) and its SSE3 set
-// on recent Xeons (a quarter of it). heed runs these kernels where OpenBLAS's choice is narrower
-// than the CPU (blas.cpp); where OpenBLAS runs its AVX-512 set, the two are within a few percent.
+// on recent Xeons (a quarter of it). heed runs its AVX-512 kernel on every AVX-512 CPU (with one
+// block per thread it is ahead of OpenBLAS's AVX-512 set too) and its AVX2 kernel where OpenBLAS
+// runs a generic set on an AVX2 CPU (blas.cpp).
 // This is the classic packed design (Goto / BLIS): op(B) is packed per KC x NR sliver, op(A) per
 // MR x KC panel in blocks of MC = 12 panels, and an MR x NR register tile accumulates over KC.
 //

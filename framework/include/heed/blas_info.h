@@ -3,7 +3,7 @@
 //
 // Invariant: heed never changes the BLAS's choice itself (OPENBLAS_CORETYPE is read by
 // OpenBLAS when the library loads, before heed runs); it reports the choice, runs its own
-// float32 kernels instead where that choice is narrower than the CPU (CpuGemm::Auto), and when
+// float32 kernels instead on AVX-512 CPUs and where that choice is generic (CpuGemm::Auto), and when
 // float32 matmuls are nevertheless forced onto a generic OpenBLAS kernel set it warns once on
 // stderr (at the first CPU matmul) with the measured sgemm rate and the variable to set.
 #pragma once
@@ -35,10 +35,11 @@ struct BlasInfo {
 
 BlasInfo blas_info();
 
-// Which code computes float32 CPU matmuls. Auto (the default) picks heed's own AVX-512 or AVX2
-// kernels where OpenBLAS's kernel set is narrower than the CPU (exactly where coretype_hint is
-// not empty: Debian 12's OpenBLAS on recent Xeons and on AMD Zen 4/5), and OpenBLAS where it
-// already runs the CPU's widest set. The environment variable HEED_CPU_GEMM=auto|openblas|avx2|
+// Which code computes float32 CPU matmuls. Auto (the default) picks heed's own AVX-512 kernel on
+// every CPU with AVX-512F (whatever kernel set OpenBLAS runs: heed's is the faster there, the
+// README's "Which BLAS kernels run" has the figures), heed's AVX2 kernel on an AVX2 CPU where
+// OpenBLAS runs a generic set (coretype_hint not empty), and OpenBLAS where it runs its AVX2 set
+// on an AVX2 CPU. The environment variable HEED_CPU_GEMM=auto|openblas|avx2|
 // avx512 sets it at start-up; set_cpu_gemm changes it at any time (a kernel the CPU lacks is an
 // Error). Every choice is deterministic and independent of the thread count.
 enum class CpuGemm { Auto, Openblas, HeedAvx2, HeedAvx512 };

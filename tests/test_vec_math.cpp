@@ -1,0 +1,128 @@
+// tests/test_vec_math.cpp — the vectorised float math behind the CPU kernels
+// (kernels/cpu/vec_math.h): the AVX-512 GELU loops give every element the bits of the 8-lane
+// AVX2 loops (special values included) and stay within the approximations' error of float64;
+// row_max is the exact maximum with NaNs skipped; exp_shifted_sum writes exp_shifted's values
+// and returns their sum. Paths the CPU or build lacks are reported as skipped.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/vec_math.h"
+
+using namespace heed::kernels::cpu;
+
+namespace {
+// Random normals scaled to cover GELU's whole range, and the values at the approximations' edges.
+std::vector<float> gelu_inputs() {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          4.0f * std::sqrt(2.0f),
+                          -4.0f * std::sqrt(2.0f),
+                          13.0f,
+                          -13.0f,
+                          13.2f,
+                          -13.2f,
+                          40.0f,
+                          -40.0f,
+                          1e-20f,
+                          -1e-20f,
+                          3e38f,
+                          -3e38f,
+                          INFINITY,
+                          -INFINITY,
+                          std::nanf("")};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  while (x.size() < 4096 + 7) x.push_back(normal(rng));
+  return x;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+double gelu64(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_grad64(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+}  // namespace
+
+TEST_CASE("GELU (erf): the AVX-512 loops give the 8-lane loops' bits, and both are close to float64") {
+#if !HEED_HAVE_AVX2
+  MESSAGE("skipped: this build has no AVX2 paths (HEED_ARCH_FLAGS without AVX2 + FMA)");
+#else
+  if (!vec_has_avx512f()) MESSAGE("this CPU has no AVX-512F: only the 8-lane loops are checked");
+  const std::vector<float> x = gelu_inputs();
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> g(x.size());
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  for (float& v : g) v = uniform(rng);
+  // Whole arrays take the widest loop; 8-element calls take the 8-lane loop (n < 16).
+  std::vector<float> wide(x.size()), narrow(x.size()), wide_grad(x.size()), narrow_grad(x.size());
+  gelu_erf_forward(x.data(), wide.data(), n);
+  gelu_erf_backward(g.data(), x.data(), wide_grad.data(), n);
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    gelu_erf_forward(x.data() + i, narrow.data() + i, 8);
+    gelu_erf_backward(g.data() + i, x.data() + i, narrow_grad.data() + i, 8);
+  }
+  int64_t differing = 0, far = 0;
+  for (int64_t i = 0; i + 8 <= n; ++i) {
+    differing += !same_bits(wide[i], narrow[i]) + !same_bits(wide_grad[i], narrow_grad[i]);
+    if (std::isnan(x[i])) {
+      far += !std::isnan(wide[i]) + !std::isnan(wide_grad[i]);
+      continue;
+    }
+    if (std::isinf(x[i]) || std::abs(x[i]) > 1e30f) continue;  // checked below
+    const double want = gelu64(x[i]), want_grad = g[i] * gelu_grad64(x[i]);
+    far += std::abs(wide[i] - want) > 2e-6 * std::max(1.0, std::abs(want));
+    far += std::abs(wide_grad[i] - want_grad) > 2e-6 * std::max(1.0, std::abs(want_grad));
+  }
+  CHECK(differing == 0);
+  CHECK(far == 0);
+  // The infinities as PyTorch's gelu gives them (1.13, checked by hand): gelu(+inf) = +inf,
+  // gelu(-inf) = -inf * 0 = NaN, and both gradients NaN (inf * 0 in x * pdf(x)).
+  CHECK(wide[14] == INFINITY);
+  CHECK(std::isnan(wide[15]));
+  CHECK(std::isnan(wide_grad[14]));
+  CHECK(std::isnan(wide_grad[15]));
+#endif
+}
+
+TEST_CASE("row_max: the exact maximum, NaNs skipped, for every length and position") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 10.0f);
+  for (int64_t n : {1, 5, 8, 9, 16, 31, 64, 100}) {
+    CAPTURE(n);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = normal(rng);
+    for (int64_t at = 0; at < n; at += std::max<int64_t>(1, n / 7)) {
+      std::vector<float> y = x;
+      y[static_cast<size_t>(at)] = 1e6f;  // the maximum, at every lane and in the tail
+      if (n > 1) y[static_cast<size_t>((at + 1) % n)] = std::nanf("");
+      CHECK(row_max(y.data(), n) == 1e6f);
+    }
+    std::vector<float> all_masked(static_cast<size_t>(n), -INFINITY);
+    CHECK(row_max(all_masked.data(), n) == -INFINITY);
+  }
+}
+
+TEST_CASE("exp_shifted_sum: exp_shifted's values, and their sum") {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (int64_t n : {1, 7, 8, 13, 64}) {
+    CAPTURE(n);
+    std::vector<float> x(static_cast<size_t>(n)), want(x.size()), got(x.size());
+    for (float& v : x) v = normal(rng);
+    x[0] = -INFINITY;  // a masked key: exp gives exactly 0
+    exp_shifted(x.data(), want.data(), n, 1.5f);
+    const float sum = exp_shifted_sum(x.data(), got.data(), n, 1.5f);
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+    CHECK(got[0] == 0.0f);
+    double sum64 = 0.0;
+    for (float v : want) sum64 += v;
+    CHECK(std::abs(sum - sum64) <= 1e-6 * sum64);
+  }
+}
