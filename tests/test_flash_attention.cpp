@@ -63,10 +63,13 @@ void compare(const Case& c, DType dtype, double tol) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  F::AttentionMask none, causal, window, lengths, padding, keep, additive, combined;
+  F::AttentionMask none, causal, window, window_only, window_lengths, lengths, padding, keep, additive, combined;
   causal.causal = true;
   window.window = 7;
   window.causal = true;
+  window_only.window = 20;  // both sides of each query: the run's upper end is pos + window
+  window_lengths.window = 9;
+  window_lengths.key_lengths = tensor({130, 50}, kInt64);
   lengths.key_lengths = tensor({0, 45}, kInt64);  // the first batch row has every key masked
   padding.key_padding = gt(rand({2, 90}), scalar_tensor(0.7));
   keep.keep = gt(rand({2, 1, 33, 90}), scalar_tensor(0.85));
@@ -79,6 +82,8 @@ std::vector<Case> cases() {
   out.push_back({"causal, T < S (KV cache)", 2, 2, 37, 130, 16, 16, causal, 0.0});
   out.push_back({"causal, T > S", 1, 2, 130, 70, 8, 8, causal, 0.0});
   out.push_back({"local window + causal", 1, 2, 150, 150, 8, 8, window, 0.0});
+  out.push_back({"local window, not causal", 1, 2, 150, 150, 8, 8, window_only, 0.0});
+  out.push_back({"window + key lengths, T < S (shifted positions)", 2, 2, 37, 130, 8, 8, window_lengths, 0.0});
   out.push_back({"key lengths (one row empty)", 2, 2, 33, 90, 8, 8, lengths, 0.0});
   out.push_back({"key padding", 2, 2, 33, 90, 8, 8, padding, 0.0});
   out.push_back({"sparse boolean mask", 2, 2, 33, 90, 8, 8, keep, 0.0});

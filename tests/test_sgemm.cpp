@@ -72,8 +72,9 @@ TEST_CASE("heed_sgemm: every kernel against float64 (transposes, ragged sizes, K
   std::mt19937 rng(7);
   // (m, n, k): one element; smaller than one tile; ragged against both tiles (14 x 32, 6 x 16);
   // k over three KC = 256 slices with the last one short; m over two or three MC blocks (168
-  // rows for the AVX-512 kernel, 72 for the AVX2 one).
-  const int64_t sizes[][3] = {{1, 1, 1}, {5, 9, 3}, {37, 70, 33}, {29, 45, 600}, {200, 40, 17}, {15, 33, 257}};
+  // rows for the AVX-512 kernel, 72 for the AVX2 one); n over two NC = 4096-column blocks.
+  const int64_t sizes[][3] = {{1, 1, 1},     {5, 9, 3},     {37, 70, 33},  {29, 45, 600},
+                              {200, 40, 17}, {15, 33, 257}, {3, 4200, 300}};
   for (SgemmKernel kernel : here)
     for (const auto& size : sizes)
       for (bool ta : {false, true})
@@ -187,7 +188,9 @@ std::vector<CpuGemm> choices_here() {
 }
 }  // namespace
 
-TEST_CASE("CPU gemm under each choice: Linear with its epilogues against float64, the same bits on 1 and 2 threads") {
+TEST_CASE(
+    "CPU gemm under each choice: Linear with its epilogues against float64, the same bits on 1, 2, 3, 5 and 8 "
+    "threads") {
   KeepCpuGemm keep;
   manual_seed(3);
   // Products big enough for several gemm tasks and KC slices (forward 600 x 384 x 520, input
@@ -213,16 +216,24 @@ TEST_CASE("CPU gemm under each choice: Linear with its epilogues against float64
                                 : choice == CpuGemm::HeedAvx2 ? "heed-avx2"
                                                               : "heed-avx512"));
     const std::vector<Tensor> got = forward_backward(x, w, b, upstream);
-    const int saved_threads = get_num_threads();
-    set_num_threads(1);
-    const std::vector<Tensor> one_thread = forward_backward(x, w, b, upstream);
-    set_num_threads(saved_threads);
     for (size_t i = 0; i < got.size(); ++i) {
       CAPTURE(names[i]);
       // float32 sums of up to 600 terms of magnitude O(1): relative to the largest value.
       const double scale = max(abs(want[i])).item<double>();
       CHECK(max_abs_diff(got[i], want[i]) <= 2e-5 * scale);
-      CHECK(max_abs_diff(one_thread[i], got[i]) == 0.0);  // the same bits for every thread count
+    }
+    // The same bits for every thread count (heed's kernels split C by the thread count, OpenBLAS
+    // by the shape only): 1, 3, 5 and 8 threads against the default.
+    const int saved_threads = get_num_threads();
+    for (int threads : {1, 3, 5, 8}) {
+      CAPTURE(threads);
+      set_num_threads(threads);
+      const std::vector<Tensor> again = forward_backward(x, w, b, upstream);
+      set_num_threads(saved_threads);
+      for (size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(names[i]);
+        CHECK(max_abs_diff(again[i], got[i]) == 0.0);
+      }
     }
   }
 }
@@ -230,56 +241,118 @@ TEST_CASE("CPU gemm under each choice: Linear with its epilogues against float64
 TEST_CASE(
     "CPU gemm row-sum epilogue: heed's kernels sum op(A) = A^T while packing it, the same bits as the separate pass") {
   KeepCpuGemm keep;
-  // The weight-gradient shape: op(A) = A^T with A (k, m); m = 390 leaves a partial 14- and
-  // 6-row panel, k = 600 spans three KC slices, n = 520 gives several tasks on two threads.
-  const int64_t m = 390, n = 520, k = 600;
+  // The weight-gradient shape: op(A) = A^T with A (k, m), k = 600 over three KC slices. m = 389
+  // leaves a partial panel for both kernels (14- and 6-row); n = 128 splits C by rows on two or
+  // more threads (so tasks start at rows other than 0), n = 4200 by columns and, on one thread,
+  // over two NC blocks (the rows summed in the first only).
+  const int64_t m = 389, k = 600;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> a(static_cast<size_t>(k * m)), b(static_cast<size_t>(k * n));
+  std::vector<float> a(static_cast<size_t>(k * m));
   for (float& v : a) v = normal(rng);
-  for (float& v : b) v = normal(rng);
   std::vector<double> want(static_cast<size_t>(m), 0.0);  // in p order, in double, as specified
   for (int64_t p = 0; p < k; ++p)
     for (int64_t i = 0; i < m; ++i) want[static_cast<size_t>(i)] += a[static_cast<size_t>(p * m + i)];
-  std::vector<float> separate;
+  for (int64_t n : {128, 4200}) {
+    std::vector<float> b(static_cast<size_t>(k * n));
+    for (float& v : b) v = normal(rng);
+    std::vector<float> separate;
+    for (CpuGemm choice : choices_here()) {
+      for (int threads : {1, 2, 3, 5, 8}) {
+        CAPTURE(n);
+        CAPTURE(static_cast<int>(choice));
+        CAPTURE(threads);
+        set_cpu_gemm(choice);
+        const int saved_threads = get_num_threads();
+        set_num_threads(threads);
+        std::vector<float> c(static_cast<size_t>(m * n)), sums(static_cast<size_t>(m), std::nanf(""));
+        kernels::GemmArgs g;
+        g.trans_a = true;
+        g.m = m;
+        g.n = n;
+        g.k = k;
+        g.a = a.data();
+        g.lda = m;
+        g.b = b.data();
+        g.ldb = n;
+        g.c = c.data();
+        g.ldc = n;
+        g.a_row_sums = sums.data();
+        kernels::cpu::gemm(g);
+        set_num_threads(saved_threads);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < m; ++i)
+          wrong += sums[static_cast<size_t>(i)] != static_cast<float>(want[static_cast<size_t>(i)]);
+        CHECK(wrong == 0);
+        if (separate.empty())
+          separate = sums;  // OpenBLAS's choice: the rows summed in a pass of their own
+        else
+          CHECK(std::memcmp(sums.data(), separate.data(), sums.size() * sizeof(float)) == 0);
+        // And the product itself, spot-checked against float64.
+        int64_t far = 0;
+        for (int64_t i = 0; i < m; i += 41)
+          for (int64_t j = 0; j < n; j += 37) {
+            double dot = 0.0;
+            for (int64_t p = 0; p < k; ++p)
+              dot += static_cast<double>(a[static_cast<size_t>(p * m + i)]) * b[static_cast<size_t>(p * n + j)];
+            far += std::abs(c[static_cast<size_t>(i * n + j)] - dot) > 1e-4 * std::sqrt(static_cast<double>(k));
+          }
+        CHECK(far == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("CPU gemm, batched products: against float64 and the same bits on 1, 2, 3 and 5 threads") {
+  KeepCpuGemm keep;
+  // Three products of (70 x 40) (40 x 90): heed's kernels make batch x blocks a multiple of the
+  // thread count, OpenBLAS splits by the shape only.
+  const int64_t batch = 3, m = 70, n = 90, k = 40;
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(batch * m * k)), b(static_cast<size_t>(batch * k * n));
+  for (float& v : a) v = uniform(rng);
+  for (float& v : b) v = uniform(rng);
   for (CpuGemm choice : choices_here()) {
-    for (int threads : {1, 2}) {
+    set_cpu_gemm(choice);
+    std::vector<float> first;
+    for (int threads : {1, 2, 3, 5}) {
       CAPTURE(static_cast<int>(choice));
       CAPTURE(threads);
-      set_cpu_gemm(choice);
       const int saved_threads = get_num_threads();
       set_num_threads(threads);
-      std::vector<float> c(static_cast<size_t>(m * n)), sums(static_cast<size_t>(m), std::nanf(""));
+      std::vector<float> c(static_cast<size_t>(batch * m * n), std::nanf(""));
       kernels::GemmArgs g;
-      g.trans_a = true;
       g.m = m;
       g.n = n;
       g.k = k;
+      g.batch = batch;
       g.a = a.data();
-      g.lda = m;
+      g.lda = k;
+      g.batch_stride_a = m * k;
       g.b = b.data();
       g.ldb = n;
+      g.batch_stride_b = k * n;
       g.c = c.data();
       g.ldc = n;
-      g.a_row_sums = sums.data();
+      g.batch_stride_c = m * n;
       kernels::cpu::gemm(g);
       set_num_threads(saved_threads);
-      int64_t wrong = 0;
-      for (int64_t i = 0; i < m; ++i)
-        wrong += sums[static_cast<size_t>(i)] != static_cast<float>(want[static_cast<size_t>(i)]);
-      CHECK(wrong == 0);
-      if (separate.empty())
-        separate = sums;  // OpenBLAS's choice: the rows summed in a pass of their own
+      int64_t far = 0;
+      for (int64_t q = 0; q < batch; ++q)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double dot = 0.0;
+            for (int64_t p = 0; p < k; ++p)
+              dot += static_cast<double>(a[static_cast<size_t>(q * m * k + i * k + p)]) *
+                     b[static_cast<size_t>(q * k * n + p * n + j)];
+            far += !(std::abs(c[static_cast<size_t>(q * m * n + i * n + j)] - dot) <= 1e-5 * k);
+          }
+      CHECK(far == 0);
+      if (first.empty())
+        first = c;
       else
-        CHECK(std::memcmp(sums.data(), separate.data(), sums.size() * sizeof(float)) == 0);
-      // And the product itself, spot-checked against float64.
-      for (int64_t i = 0; i < m; i += 41)
-        for (int64_t j = 0; j < n; j += 37) {
-          double dot = 0.0;
-          for (int64_t p = 0; p < k; ++p)
-            dot += static_cast<double>(a[static_cast<size_t>(p * m + i)]) * b[static_cast<size_t>(p * n + j)];
-          CHECK(std::abs(c[static_cast<size_t>(i * n + j)] - dot) <= 1e-4 * std::sqrt(static_cast<double>(k)));
-        }
+        CHECK(std::memcmp(c.data(), first.data(), c.size() * sizeof(float)) == 0);
     }
   }
 }

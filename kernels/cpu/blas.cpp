@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <type_traits>
 #include <vector>
 
@@ -36,9 +37,9 @@
 namespace heed::kernels::cpu {
 
 namespace {
-// C is split into a grid of tasks whose count is a power of two (so 1, 2, 4, ... threads share
-// them evenly) and depends on the problem shape only: enough tasks for parallelism, each big
-// enough (>= kMinTaskFlops) to amortise packing the operands.
+// C is split into a grid of tasks, each big enough (>= kMinTaskFlops) to amortise packing the
+// operands. For OpenBLAS their count is a power of two that depends on the problem shape only
+// (plan_grid); for heed's kernels it follows the thread count (plan_grid_for_threads).
 constexpr double kMinTaskFlops = 4e6;
 constexpr int64_t kMaxTasks = 16;
 constexpr int64_t kRowAlign = 16, kColAlign = 64;
@@ -47,11 +48,11 @@ struct Grid {
   int64_t row_parts = 1, col_parts = 1, rows_per = 0, cols_per = 0;
 };
 
-// Among the grids of `tasks` blocks (rows x cols == tasks), the one that packs the least: every
-// row part packs its (k, n/col_parts) slice of B, every column part its (m/row_parts, k) slice of
-// A, so the packed volume is k * (row_parts * n + col_parts * m).
-Grid grid_of(int64_t m, int64_t n, int64_t tasks) {
-  Grid g;
+// Among the grids of exactly `tasks` blocks (rows x cols == tasks, each part at least kRowAlign
+// rows and kColAlign columns), the one that packs the least: every row part packs its
+// (k, n/col_parts) slice of B, every column part its (m/row_parts, k) slice of A, so the packed
+// volume is k * (row_parts * n + col_parts * m). False when no such grid fits.
+bool least_packing_grid(int64_t m, int64_t n, int64_t tasks, Grid* out) {
   double best = -1;
   for (int64_t rows = 1; rows <= tasks; ++rows) {
     if (tasks % rows != 0) continue;
@@ -62,10 +63,20 @@ Grid grid_of(int64_t m, int64_t n, int64_t tasks) {
         static_cast<double>(rows) * static_cast<double>(n) + static_cast<double>(cols) * static_cast<double>(m);
     if (best < 0 || packed < best) {
       best = packed;
-      g.row_parts = rows;
-      g.col_parts = cols;
+      out->row_parts = rows;
+      out->col_parts = cols;
     }
   }
+  return best >= 0;
+}
+
+// The grid of at most `tasks` blocks: the most blocks that fit, counting down by halves
+// (powers_of_two) or by ones, then block sizes rounded up to the alignment (which may leave
+// fewer parts than asked for).
+Grid grid_of(int64_t m, int64_t n, int64_t tasks, bool powers_of_two) {
+  Grid g;
+  for (int64_t t = tasks; t > 1; t = powers_of_two ? t / 2 : t - 1)
+    if (least_packing_grid(m, n, t, &g)) break;
   auto round_up = [](int64_t v, int64_t align) { return (v + align - 1) / align * align; };
   g.rows_per = round_up((m + g.row_parts - 1) / g.row_parts, kRowAlign);
   g.cols_per = round_up((n + g.col_parts - 1) / g.col_parts, kColAlign);
@@ -74,23 +85,25 @@ Grid grid_of(int64_t m, int64_t n, int64_t tasks) {
   return g;
 }
 
-// OpenBLAS: a power-of-two task count that depends on the problem shape only (an OpenBLAS
-// block's bits may depend on its shape, so the blocks must not depend on the thread count).
+// OpenBLAS: a power-of-two task count (1, 2, 4, ... threads share it evenly) that depends on the
+// problem shape only (an OpenBLAS block's bits may depend on its shape, so the blocks must not
+// depend on the thread count).
 Grid plan_grid(int64_t m, int64_t n, int64_t k) {
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   int64_t tasks = 1;
   while (tasks < kMaxTasks && flops / static_cast<double>(tasks * 2) >= kMinTaskFlops) tasks *= 2;
-  return grid_of(m, n, tasks);
+  return grid_of(m, n, tasks, /*powers_of_two=*/true);
 }
 
 // heed's kernels: an element's bits depend on its row, column and k only (sgemm.cpp), so the
-// blocks may follow the thread count: one block per thread that has work (of at least
-// kMinTaskFlops), and each block packs its operands once instead of once per small task.
+// blocks may follow the thread count: per product as many blocks as make batch x blocks a
+// multiple of the threads (one block per thread for a single product), each of at least
+// kMinTaskFlops; each block packs its operands once instead of once per small task.
 Grid plan_grid_for_threads(int64_t m, int64_t n, int64_t k, int64_t batch, int threads) {
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const int64_t per_batch = (threads + batch - 1) / batch;  // batched products: spread the batch first
+  const int64_t per_batch = threads / std::gcd(std::max<int64_t>(batch, 1), static_cast<int64_t>(threads));
   const int64_t by_size = std::max<int64_t>(1, static_cast<int64_t>(flops / kMinTaskFlops));
-  return grid_of(m, n, std::max<int64_t>(1, std::min(per_batch, by_size)));
+  return grid_of(m, n, std::max<int64_t>(1, std::min(per_batch, by_size)), /*powers_of_two=*/false);
 }
 }  // namespace
 
@@ -363,7 +376,12 @@ void gemm(const GemmArgs& args) {
   HEED_CHECK(!args.bias || args.beta == 0.0, "gemm", "the bias epilogue needs beta == 0, got {}", args.beta);
   HEED_CHECK((!args.bias && !args.a_row_sums && !activation) || args.k > 0, "gemm",
              "the epilogues need k >= 1, got k = 0");
-  if (args.m == 0 || args.n == 0) return;
+  if (args.m == 0 || args.n == 0 || args.batch == 0) {
+    // Nothing to multiply; the row sums of op(A) (m x k) are still asked for when n == 0.
+    if (args.a_row_sums && args.m > 0 && args.dtype == kFloat32) a_row_sums<float>(args);
+    if (args.a_row_sums && args.m > 0 && args.dtype == kFloat64) a_row_sums<double>(args);
+    return;
+  }
   // The code is read once: every block of one product runs on the same one.
   if (args.dtype == kFloat32) return gemm_typed<float>(args, gemm_code());
   if (args.dtype == kFloat64) return gemm_typed<double>(args, GemmCode::Openblas);

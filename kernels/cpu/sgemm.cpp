@@ -38,6 +38,7 @@ namespace {
 #if HEED_HAVE_AVX2
 constexpr int64_t kKc = 256;       // depth of one packed slice: KC x NR floats of B stay in L1
 constexpr int64_t kMcPanels = 12;  // MR-row panels of A packed at once: MC x KC floats stay in L2
+constexpr int64_t kNc = 4096;      // columns of C per block: a packed KC x NC slice of B is at most 4 MiB
 
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
@@ -283,32 +284,39 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
   store_edge<kMr256, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first);
 }
 
-// The packed loops around a register tile kernel: for each KC slice, op(B) is packed once for
-// the whole block (it stays in L2/L3), then op(A) once per MC rows (in L2), and every (MR, NR)
-// tile of those rows runs over the slice with its B sliver in L1.
+// The packed loops around a register tile kernel (Goto's order): C's columns in blocks of at
+// most kNc; for each KC slice, that block's op(B) is packed once (it stays in L2/L3), then op(A)
+// once per MC rows (in L2), and every (MR, NR) tile of those rows runs over the slice with its B
+// sliver in L1. op(A)'s row sums are taken in the first column block only (each (i, p) once).
 template <int MR, int NR, typename Tile>
 void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums) {
   constexpr int64_t kMc = MR * kMcPanels;
-  const int64_t n_slivers = (n + NR - 1) / NR;
   const int64_t kc_max = std::min(k, kKc);
   float* packed_a = scratch(0, kMc * kc_max);
-  float* packed_b = scratch(1, n_slivers * NR * kc_max);
-  for (int64_t p0 = 0; p0 < k; p0 += kKc) {
-    const int64_t kc = std::min(kKc, k - p0);
-    const bool first = p0 == 0;
-    pack_b<NR>(trans_b, b, ldb, n, p0, kc, packed_b);
-    for (int64_t i0 = 0; i0 < m; i0 += kMc) {
-      const int64_t mc = std::min(kMc, m - i0);
-      const int64_t m_panels = (mc + MR - 1) / MR;
-      pack_a<MR>(trans_a, trans_a ? a + i0 : a + i0 * lda, lda, mc, p0, kc, packed_a,
-                 a_row_sums != nullptr ? a_row_sums + i0 : nullptr);
-      for (int64_t s = 0; s < n_slivers; ++s) {
-        const float* pb = packed_b + s * NR * kc;
-        const int64_t cols = std::min<int64_t>(NR, n - s * NR);
-        for (int64_t r = 0; r < m_panels; ++r) {
-          const int64_t rows = std::min<int64_t>(MR, mc - r * MR);
-          tile(kc, packed_a + r * MR * kc, pb, c + (i0 + r * MR) * ldc + s * NR, ldc, rows, cols, alpha, beta, first);
+  float* packed_b = scratch(1, (std::min(n, kNc) + NR - 1) / NR * NR * kc_max);
+  for (int64_t j0 = 0; j0 < n; j0 += kNc) {
+    const int64_t nc = std::min(kNc, n - j0);
+    const int64_t n_slivers = (nc + NR - 1) / NR;
+    const float* b_block = trans_b ? b + j0 * ldb : b + j0;
+    double* row_sums = j0 == 0 ? a_row_sums : nullptr;
+    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+      const int64_t kc = std::min(kKc, k - p0);
+      const bool first = p0 == 0;
+      pack_b<NR>(trans_b, b_block, ldb, nc, p0, kc, packed_b);
+      for (int64_t i0 = 0; i0 < m; i0 += kMc) {
+        const int64_t mc = std::min(kMc, m - i0);
+        const int64_t m_panels = (mc + MR - 1) / MR;
+        pack_a<MR>(trans_a, trans_a ? a + i0 : a + i0 * lda, lda, mc, p0, kc, packed_a,
+                   row_sums != nullptr ? row_sums + i0 : nullptr);
+        for (int64_t s = 0; s < n_slivers; ++s) {
+          const float* pb = packed_b + s * NR * kc;
+          const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
+          for (int64_t r = 0; r < m_panels; ++r) {
+            const int64_t rows = std::min<int64_t>(MR, mc - r * MR);
+            tile(kc, packed_a + r * MR * kc, pb, c + (i0 + r * MR) * ldc + j0 + s * NR, ldc, rows, cols, alpha, beta,
+                 first);
+          }
         }
       }
     }

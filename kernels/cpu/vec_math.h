@@ -1,5 +1,7 @@
 // kernels/cpu/vec_math.h — fast vectorised float math for the hot kernels (AVX2 + FMA with
-// a scalar path that evaluates the very same polynomial).
+// a scalar path that evaluates the very same polynomial, and 16-lane AVX-512 loops for exp and
+// GELU on CPUs that have AVX-512F, which give each element the 8-lane loops' bits;
+// HEED_VEC_WIDTH=8 in the environment keeps the 8-lane loops).
 //
 // exp: Cephes' single-precision expf (range reduction by ln 2, degree-5 polynomial), about
 // 1-2 ulp over [-86, 88.37]; inputs below -86 (including -inf) give exactly 0, inputs above
@@ -203,6 +205,13 @@ HEED_AVX512 inline int64_t gelu_erf_backward(const float* g, const float* x, flo
   }
   return i;
 }
+// exp(in - shift) over the first n - n % 16 elements (exp_shifted's 16-lane loop).
+HEED_AVX512 inline int64_t exp_shifted(const float* in, float* out, int64_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, fast_exp16(_mm512_sub_ps(_mm512_loadu_ps(in + i), s)));
+  return i;
+}
 #undef HEED_AVX512
 }  // namespace avx512
 #endif
@@ -265,6 +274,7 @@ inline void gelu_erf_backward(const float* g, const float* x, float* out, int64_
 inline void exp_shifted(const float* in, float* out, int64_t n, float shift) {
   int64_t i = 0;
 #if HEED_HAVE_AVX2
+  if (n >= 16 && vec_has_avx512f()) i = avx512::exp_shifted(in, out, n, shift);
   const __m256 s = _mm256_set1_ps(shift);
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, fast_exp8(_mm256_sub_ps(_mm256_loadu_ps(in + i), s)));
 #endif
@@ -275,8 +285,9 @@ inline void exp_shifted(const double* in, double* out, int64_t n, double shift) 
   for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i] - shift);
 }
 
-// The largest of n >= 1 floats; NaNs are skipped as by `x > best ? x : best` (the exact maximum,
-// so the lane order does not matter).
+// The largest of n >= 1 floats (-inf when all are NaN or -inf); NaNs are skipped as by
+// `x > best ? x : best`. The exact maximum, so the lane order does not matter (up to the sign of
+// a zero maximum, which no caller can tell: it is subtracted, and exp(x - 0) = exp(x + 0)).
 inline float row_max(const float* x, int64_t n) {
   float best = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
