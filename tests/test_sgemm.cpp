@@ -180,6 +180,23 @@ struct KeepCpuGemm {
   ~KeepCpuGemm() { set_cpu_gemm(saved); }
 };
 
+// The CPU gemm's arguments for C (m x n, contiguous) = op(A) op(B) with contiguous operands.
+kernels::GemmArgs contiguous_gemm(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
+                                  float* c) {
+  kernels::GemmArgs g;
+  g.trans_a = trans_a;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = trans_a ? m : k;
+  g.b = b;
+  g.ldb = n;
+  g.c = c;
+  g.ldc = n;
+  return g;
+}
+
 std::vector<CpuGemm> choices_here() {
   std::vector<CpuGemm> out = {CpuGemm::Openblas};
   if (kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx2)) out.push_back(CpuGemm::HeedAvx2);
@@ -266,17 +283,7 @@ TEST_CASE(
         const int saved_threads = get_num_threads();
         set_num_threads(threads);
         std::vector<float> c(static_cast<size_t>(m * n)), sums(static_cast<size_t>(m), std::nanf(""));
-        kernels::GemmArgs g;
-        g.trans_a = true;
-        g.m = m;
-        g.n = n;
-        g.k = k;
-        g.a = a.data();
-        g.lda = m;
-        g.b = b.data();
-        g.ldb = n;
-        g.c = c.data();
-        g.ldc = n;
+        kernels::GemmArgs g = contiguous_gemm(true, m, n, k, a.data(), b.data(), c.data());
         g.a_row_sums = sums.data();
         kernels::cpu::gemm(g);
         set_num_threads(saved_threads);
@@ -322,19 +329,10 @@ TEST_CASE("CPU gemm, batched products: against float64 and the same bits on 1, 2
       const int saved_threads = get_num_threads();
       set_num_threads(threads);
       std::vector<float> c(static_cast<size_t>(batch * m * n), std::nanf(""));
-      kernels::GemmArgs g;
-      g.m = m;
-      g.n = n;
-      g.k = k;
+      kernels::GemmArgs g = contiguous_gemm(false, m, n, k, a.data(), b.data(), c.data());
       g.batch = batch;
-      g.a = a.data();
-      g.lda = k;
       g.batch_stride_a = m * k;
-      g.b = b.data();
-      g.ldb = n;
       g.batch_stride_b = k * n;
-      g.c = c.data();
-      g.ldc = n;
       g.batch_stride_c = m * n;
       kernels::cpu::gemm(g);
       set_num_threads(saved_threads);

@@ -103,20 +103,10 @@ void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, in
             double* row_sums) {
   for (int64_t r0 = 0; r0 < m; r0 += MR) {
     const int64_t rows = std::min<int64_t>(MR, m - r0);
-    if (trans_a) {  // op(A)[i, p] = a[p * lda + i]: each p is a contiguous run of rows
-      if (row_sums != nullptr && rows == MR) {
-        double sums[MR];  // the running sums, added to in p order as the separate pass would
-        for (int i = 0; i < MR; ++i) sums[i] = row_sums[r0 + i];
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* src = a + (p0 + p) * lda + r0;
-          float* dst = out + p * MR;
-          std::memcpy(dst, src, MR * sizeof(float));
-          for (int i = 0; i < MR; ++i) sums[i] += static_cast<double>(dst[i]);
-        }
-        for (int i = 0; i < MR; ++i) row_sums[r0 + i] = sums[i];
-        out += MR * kc;
-        continue;
-      }
+    if (trans_a) {      // op(A)[i, p] = a[p * lda + i]: each p is a contiguous run of rows
+      double sums[MR];  // the running row sums, added to in p order as the separate pass would
+      if (row_sums != nullptr)
+        for (int64_t i = 0; i < rows; ++i) sums[i] = row_sums[r0 + i];
       for (int64_t p = 0; p < kc; ++p) {
         const float* src = a + (p0 + p) * lda + r0;
         float* dst = out + p * MR;
@@ -126,10 +116,12 @@ void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, in
           int64_t i = 0;
           for (; i < rows; ++i) dst[i] = src[i];
           for (; i < MR; ++i) dst[i] = 0.0f;
-          if (row_sums != nullptr)
-            for (i = 0; i < rows; ++i) row_sums[r0 + i] += static_cast<double>(src[i]);
         }
+        if (row_sums != nullptr)
+          for (int64_t i = 0; i < rows; ++i) sums[i] += static_cast<double>(src[i]);
       }
+      if (row_sums != nullptr)
+        for (int64_t i = 0; i < rows; ++i) row_sums[r0 + i] = sums[i];
     } else {  // op(A)[i, p] = a[i * lda + p]: each row runs along p
       pack_transposed(a + r0 * lda + p0, lda, rows, kc, MR, out);
     }

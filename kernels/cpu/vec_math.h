@@ -15,6 +15,8 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu_kernels.h"  // heed_sgemm_supported: the build and CPU test for AVX-512F
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define HEED_HAVE_AVX2 1
@@ -223,8 +225,7 @@ inline bool vec_has_avx512f() {
   static const bool has = [] {
     const char* width = std::getenv("HEED_VEC_WIDTH");
     if (width != nullptr && std::strcmp(width, "8") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
+    return heed_sgemm_supported(SgemmKernel::Avx512);  // the one CPU test for AVX-512F
   }();
   return has;
 #else
