@@ -184,6 +184,51 @@ TEST_CASE("cross_entropy: no log(0), -inf logits, ignored targets, label smoothi
   CHECK(values_of(all_ignored.grad()) == std::vector<double>{0, 0, 0, 0});
 }
 
+TEST_CASE("cross_entropy in float32: the vectorised rows (16 and 8 lanes, a scalar tail) against float64") {
+  for (int64_t classes : {3, 16, 37, 300}) {
+    for (double smoothing : {0.0, 0.1}) {
+      CAPTURE(classes);
+      CAPTURE(smoothing);
+      const int64_t rows = 5;
+      std::vector<double> flat(static_cast<size_t>(rows * classes));
+      for (size_t i = 0; i < flat.size(); ++i) flat[i] = 4.0 * std::sin(0.37 * static_cast<double>(i) + 1.0);
+      std::vector<int64_t> target_ids(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) target_ids[static_cast<size_t>(r)] = (r * 7 + 1) % classes;
+      const Tensor targets = from_vector(target_ids, {rows});
+      Tensor x64 = from_vector(flat, {rows, classes}).requires_grad_();
+      Tensor x32 = from_vector(flat, {rows, classes}).to(kFloat32).requires_grad_();
+      Tensor loss64 = F::cross_entropy(x64, targets, {.label_smoothing = smoothing});
+      Tensor loss32 = F::cross_entropy(x32, targets, {.label_smoothing = smoothing});
+      CHECK(loss32.item<double>() == doctest::Approx(loss64.item<double>()).epsilon(2e-6));
+      loss64.backward();
+      loss32.backward();
+      const std::vector<double> g64 = values_of(x64.grad()), g32 = values_of(x32.grad());
+      double worst = 0;
+      for (size_t i = 0; i < g64.size(); ++i) worst = std::max(worst, std::abs(g64[i] - g32[i]));
+      CHECK(worst < 1e-7);  // gradients are (p - onehot) / rows: at most 1 / rows in size
+    }
+  }
+  // A NaN logit anywhere in a row makes the loss NaN (the vectorised maximum skips it; the sum
+  // does not); a -inf class keeps a zero gradient; a -inf target gives +inf.
+  std::vector<double> row(37);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = 0.1 * static_cast<double>(i);
+  const Tensor target3 = from_vector(std::vector<int64_t>{3}, {1});
+  for (size_t nan_at : {size_t{0}, size_t{20}, size_t{36}}) {
+    std::vector<double> with_nan = row;
+    with_nan[nan_at] = kNaN;
+    CHECK(std::isnan(F::cross_entropy(from_vector(with_nan, {1, 37}).to(kFloat32), target3).item<double>()));
+  }
+  std::vector<double> masked = row;
+  masked[20] = -kInf;
+  Tensor masked32 = from_vector(masked, {1, 37}).to(kFloat32).requires_grad_();
+  Tensor masked_loss = F::cross_entropy(masked32, target3);
+  CHECK(std::isfinite(masked_loss.item<double>()));
+  masked_loss.backward();
+  CHECK(masked32.grad().at({0, 20}) == 0.0);
+  CHECK(F::cross_entropy(from_vector(masked, {1, 37}).to(kFloat32), from_vector(std::vector<int64_t>{20}, {1}))
+            .item<double>() == kInf);
+}
+
 TEST_CASE("log and sqrt at the edges of their domain") {
   Tensor x = tensor({0.0, -1.0, 1.0}).requires_grad_();
   const std::vector<double> y = values_of(log(x));

@@ -3,10 +3,12 @@
 // Invariants: the row maximum is subtracted before exp; a row whose maximum is -inf (every
 // entry masked) gives softmax 0 / log-softmax -inf and a zero gradient, never NaN; one row
 // is handled by one thread in index order.
+#include <type_traits>
 #include <vector>
 
 #include "cpu_common.h"
 #include "cpu_kernels.h"
+#include "vec_math.h"
 
 namespace heed::kernels::cpu {
 
@@ -92,19 +94,26 @@ void cross_entropy_forward_typed(const T* logits, const int64_t* targets, int64_
                                  compute_t<T>* row_lse) {
   using C = compute_t<T>;
   parallel_for(rows, row_grain<T>(classes), [&](int64_t begin, int64_t end) {
+    std::vector<float> exps(std::is_same_v<T, float> ? static_cast<size_t>(classes) : 0);
     for (int64_t r = begin; r < end; ++r) {
       const T* x = logits + r * classes;
-      C mx = -std::numeric_limits<C>::infinity();
-      for (int64_t c = 0; c < classes; ++c) {
-        const C v = load(x + c);
-        mx = (v > mx || v != v) ? v : mx;
-      }
       double total = 0, sum_x = 0;
-      for (int64_t c = 0; c < classes; ++c) {
-        const C v = load(x + c);
-        total += static_cast<double>(std::exp(v - mx));
-        sum_x += static_cast<double>(v);
+      C mx;
+      if constexpr (std::is_same_v<T, float>) {
+        // Vectorised (vec_math.h): a NaN logit is skipped by row_max but turns the sum into NaN,
+        // so the loss is NaN as in the scalar loop below.
+        mx = row_max(x, classes);
+        total = static_cast<double>(exp_shifted_sum(x, exps.data(), classes, mx));
+      } else {
+        mx = -std::numeric_limits<C>::infinity();
+        for (int64_t c = 0; c < classes; ++c) {
+          const C v = load(x + c);
+          mx = (v > mx || v != v) ? v : mx;
+        }
+        for (int64_t c = 0; c < classes; ++c) total += static_cast<double>(std::exp(load(x + c) - mx));
       }
+      if (smoothing > 0.0)
+        for (int64_t c = 0; c < classes; ++c) sum_x += static_cast<double>(load(x + c));
       const double lse = static_cast<double>(mx) + std::log(total);
       row_lse[r] = static_cast<C>(lse);
       const int64_t t = targets[r];
@@ -140,6 +149,11 @@ void cross_entropy_backward_typed(const T* logits, const int64_t* targets, const
         continue;
       }
       const C lse = row_lse[r];
+      if constexpr (std::is_same_v<T, float>) {  // p = exp(x - lse) vectorised into the gradient row first
+        exp_shifted(x, gr, classes, lse);
+        for (int64_t c = 0; c < classes; ++c) gr[c] = s * (gr[c] - (c == t ? on_target : off_target));
+        continue;
+      }
       for (int64_t c = 0; c < classes; ++c) {
         const C p = std::exp(load(x + c) - lse);
         store(gr + c, s * (p - (c == t ? on_target : off_target)));
