@@ -132,6 +132,48 @@ TEST_CASE("heed_sgemm: k = 0 scales C by beta, and beta 0 writes zeros over NaN"
   }
 }
 
+TEST_CASE("heed_sgemm: a bias added in the first store gives the bits of filling C with it and beta = 1") {
+  const std::vector<SgemmKernel> here = kernels_here();
+  if (here.empty()) {
+    MESSAGE("skipped: this build has no heed sgemm kernel");
+    return;
+  }
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  // Ragged tiles, one and three KC slices, two NC blocks (the bias offset per block), k = 0.
+  const int64_t sizes[][3] = {{5, 9, 3}, {37, 70, 600}, {3, 4200, 300}, {4, 6, 0}};
+  for (SgemmKernel kernel : here)
+    for (const auto& size : sizes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          CAPTURE(kernel_name(kernel));
+          CAPTURE(size[1]);
+          CAPTURE(size[2]);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          const Problem p(ta, tb, size[0], size[1], size[2], rng);
+          std::vector<float> bias(static_cast<size_t>(p.n));
+          for (float& v : bias) v = uniform(rng);
+          std::vector<float> filled(static_cast<size_t>(p.m * p.ldc), std::numeric_limits<float>::quiet_NaN());
+          for (int64_t i = 0; i < p.m; ++i) std::copy(bias.begin(), bias.end(), filled.begin() + i * p.ldc);
+          kernels::cpu::heed_sgemm(kernel, ta, tb, p.m, p.n, p.k, 0.7f, p.a.data(), p.lda, p.b.data(), p.ldb, 1.0f,
+                                   filled.data(), p.ldc);
+          std::vector<float> fused(filled.size(), std::numeric_limits<float>::quiet_NaN());  // never read
+          kernels::cpu::heed_sgemm(kernel, ta, tb, p.m, p.n, p.k, 0.7f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.0f,
+                                   fused.data(), p.ldc, nullptr, bias.data());
+          int64_t differing = 0;
+          for (int64_t i = 0; i < p.m; ++i)
+            differing += std::memcmp(fused.data() + i * p.ldc, filled.data() + i * p.ldc,
+                                     static_cast<size_t>(p.n) * sizeof(float)) != 0;
+          CHECK(differing == 0);
+        }
+  // The bias with beta != 0 is refused (it would be ambiguous which is added first).
+  std::vector<float> c(4, 0.0f), bias(2, 1.0f), a(4, 1.0f), b(4, 1.0f);
+  CHECK_THROWS_WITH_AS(kernels::cpu::heed_sgemm(here.front(), false, false, 2, 2, 2, 1.0f, a.data(), 2, b.data(), 2,
+                                                0.5f, c.data(), 2, nullptr, bias.data()),
+                       doctest::Contains("bias with beta = 0 only"), Error);
+}
+
 TEST_CASE("heed_sgemm: an element's bits depend on its row, column and k only (tile, block and kernel width)") {
   const std::vector<SgemmKernel> here = kernels_here();
   if (here.empty()) {

@@ -188,8 +188,9 @@ void activate_row(GemmActivation activation, const T* z, T* out, int64_t n) {
     out[j] = activation == GemmActivation::GeluErf ? elementwise::gelu_erf(z[j]) : elementwise::gelu_tanh(z[j]);
 }
 
-// One block (m, n) of C at row r0, column c0 of the whole product. With a bias epilogue the
-// block is filled with the bias first and the gemm accumulates onto it (beta = 1); with an
+// One block (m, n) of C at row r0, column c0 of the whole product. With a bias epilogue heed's
+// kernels add it in their first store; for OpenBLAS the block is filled with the bias first and
+// the gemm accumulates onto it (beta = 1, the same bits); with an
 // activation the gemm writes z into pre_activation's block and C's block is gelu(z), while z
 // is still in cache.
 template <typename T>
@@ -198,15 +199,16 @@ void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0
   T* const c = batch_c + r0 * g.ldc + c0;
   T* const z = g.activation == GemmActivation::None ? c : static_cast<T*>(g.pre_activation) + r0 * g.ldc + c0;
   T beta = static_cast<T>(g.beta);
-  if (g.bias) {
-    const T* bias = static_cast<const T*>(g.bias) + c0;
+  const T* bias = g.bias ? static_cast<const T*>(g.bias) + c0 : nullptr;
+  const bool heed_kernel = std::is_same_v<T, float> && code != GemmCode::Openblas;
+  if (bias && !heed_kernel) {  // heed's kernels add the bias in their first store instead
     for (int64_t i = 0; i < m; ++i) std::memcpy(z + i * g.ldc, bias, static_cast<size_t>(n) * sizeof(T));
     beta = T(1);
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (code != GemmCode::Openblas) {
+    if (heed_kernel) {
       heed_sgemm(code == GemmCode::HeedAvx512 ? SgemmKernel::Avx512 : SgemmKernel::Avx2, g.trans_a, g.trans_b, m, n,
-                 g.k, static_cast<float>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc, row_sums);
+                 g.k, static_cast<float>(g.alpha), a, g.lda, b, g.ldb, bias ? 0.0f : beta, z, g.ldc, row_sums, bias);
     } else {
       blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
     }

@@ -44,10 +44,11 @@ enum class SgemmKernel { Avx2, Avx512 };
 bool heed_sgemm_supported(SgemmKernel kernel);
 // With a_row_sums (op(A) = A^T only), a_row_sums[i] += op(A)[i, p] for every p in increasing
 // order, in double, while op(A) is packed (the weight gradient's bias gradient without a pass
-// of its own over A).
+// of its own over A). With bias (n values, beta 0 only), C = alpha op(A) op(B) + bias[j] with the
+// bias added in the first KC slice's store: the bits of filling C with it and running beta = 1.
 void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                double* a_row_sums = nullptr);
+                double* a_row_sums = nullptr, const float* bias = nullptr);
 // Whether OpenBLAS's kernel set is narrower than heed's own kernels on this CPU (a generic set
 // where heed has AVX2, an AVX2 set where it has AVX-512: openblas_coretype_hint is not empty).
 // Decides Auto for flash attention's tile products, and for the float32 gemm code on CPUs

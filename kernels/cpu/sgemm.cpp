@@ -16,6 +16,8 @@
 //   others as C + alpha * acc). The order depends on k only, so the result is the same for every
 //   thread count and for every position of the element in its tile (edge tiles run the same
 //   register kernel on zero-padded panels).
+// - a bias (one per column of C) is added in the first slice's store, as C = bias + alpha * acc:
+//   the bits of filling C with the bias and running with beta = 1.
 // - beta == 0 never reads C (it may hold NaN, as BLAS allows).
 // - this file is compiled with -ffp-contract=off (CMakeLists.txt): the stores' multiply and add
 //   stay two roundings on every path, vector and scalar alike.
@@ -155,16 +157,20 @@ void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t n, int64_t p0, in
 }
 
 // Writes one register tile (held in `tile`, MR x NR row-major) into C's (rows, cols) corner:
-// C = alpha * acc (+ beta * C) for the first KC slice, C += alpha * acc for the others.
+// C = alpha * acc (+ beta * C) for the first KC slice, or bias[j] + alpha * acc with a bias (beta
+// is then 0: the bits of filling C with the bias and running with beta = 1, one rounding either
+// way), and C += alpha * acc for the others.
 template <int MR, int NR>
 void store_edge(const float* tile, int64_t rows, int64_t cols, float* c, int64_t ldc, float alpha, float beta,
-                bool first) {
+                bool first, const float* bias) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       float* out = c + i * ldc + j;
       const float scaled = alpha * tile[i * NR + j];
       if (!first)
         *out = *out + scaled;
+      else if (bias != nullptr)
+        *out = bias[j] + scaled;
       else
         *out = beta == 0.0f ? scaled : std::fma(beta, *out, scaled);
     }
@@ -175,12 +181,15 @@ void store_edge(const float* tile, int64_t rows, int64_t cols, float* c, int64_t
 constexpr int kMr512 = 14, kNr512 = 32;
 
 __attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m512 acc0, __m512 acc1, float alpha,
-                                                                 float beta, bool first) {
+                                                                 float beta, bool first, const float* bias) {
   const __m512 va = _mm512_set1_ps(alpha);
   const __m512 s0 = _mm512_mul_ps(va, acc0), s1 = _mm512_mul_ps(va, acc1);
   if (!first) {
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), s0));
     _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16), s1));
+  } else if (bias != nullptr) {
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(bias), s0));
+    _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(bias + 16), s1));
   } else if (beta == 0.0f) {
     _mm512_storeu_ps(out, s0);
     _mm512_storeu_ps(out + 16, s1);
@@ -193,7 +202,7 @@ __attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m
 
 __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
                                                      int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
-                                                     bool first) {
+                                                     bool first, const float* bias) {
   __m512 acc[kMr512][2];
 #pragma GCC unroll 14
   for (int i = 0; i < kMr512; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -214,7 +223,7 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
   }
   if (rows == kMr512 && cols == kNr512) {
 #pragma GCC unroll 14
-    for (int i = 0; i < kMr512; ++i) store_row_512(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first);
+    for (int i = 0; i < kMr512; ++i) store_row_512(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first, bias);
     return;
   }
   alignas(64) float tile[kMr512 * kNr512];
@@ -223,19 +232,23 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
     _mm512_store_ps(tile + i * kNr512, acc[i][0]);
     _mm512_store_ps(tile + i * kNr512 + 16, acc[i][1]);
   }
-  store_edge<kMr512, kNr512>(tile, rows, cols, c, ldc, alpha, beta, first);
+  store_edge<kMr512, kNr512>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
 }
 
 // ---- AVX2: a 6 x 16 tile in 12 ymm accumulators -----------------------------------------------
 
 constexpr int kMr256 = 6, kNr256 = 16;
 
-inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, float beta, bool first) {
+inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, float beta, bool first,
+                          const float* bias) {
   const __m256 va = _mm256_set1_ps(alpha);
   const __m256 s0 = _mm256_mul_ps(va, acc0), s1 = _mm256_mul_ps(va, acc1);
   if (!first) {
     _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), s0));
     _mm256_storeu_ps(out + 8, _mm256_add_ps(_mm256_loadu_ps(out + 8), s1));
+  } else if (bias != nullptr) {
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(bias), s0));
+    _mm256_storeu_ps(out + 8, _mm256_add_ps(_mm256_loadu_ps(bias + 8), s1));
   } else if (beta == 0.0f) {
     _mm256_storeu_ps(out, s0);
     _mm256_storeu_ps(out + 8, s1);
@@ -247,7 +260,7 @@ inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, flo
 }
 
 void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
-              float alpha, float beta, bool first) {
+              float alpha, float beta, bool first, const float* bias) {
   __m256 acc[kMr256][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -264,7 +277,7 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
   }
   if (rows == kMr256 && cols == kNr256) {
 #pragma GCC unroll 6
-    for (int i = 0; i < kMr256; ++i) store_row_256(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first);
+    for (int i = 0; i < kMr256; ++i) store_row_256(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first, bias);
     return;
   }
   alignas(32) float tile[kMr256 * kNr256];
@@ -273,7 +286,7 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
     _mm256_store_ps(tile + i * kNr256, acc[i][0]);
     _mm256_store_ps(tile + i * kNr256 + 8, acc[i][1]);
   }
-  store_edge<kMr256, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first);
+  store_edge<kMr256, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
 }
 
 // The packed loops around a register tile kernel (Goto's order): C's columns in blocks of at
@@ -282,7 +295,8 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
 // sliver in L1. op(A)'s row sums are taken in the first column block only (each (i, p) once).
 template <int MR, int NR, typename Tile>
 void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums) {
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums,
+                 const float* bias) {
   constexpr int64_t kMc = MR * kMcPanels;
   const int64_t kc_max = std::min(k, kKc);
   float* packed_a = scratch(0, kMc * kc_max);
@@ -304,10 +318,11 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
         for (int64_t s = 0; s < n_slivers; ++s) {
           const float* pb = packed_b + s * NR * kc;
           const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
+          const float* sliver_bias = bias != nullptr ? bias + j0 + s * NR : nullptr;
           for (int64_t r = 0; r < m_panels; ++r) {
             const int64_t rows = std::min<int64_t>(MR, mc - r * MR);
             tile(kc, packed_a + r * MR * kc, pb, c + (i0 + r * MR) * ldc + j0 + s * NR, ldc, rows, cols, alpha, beta,
-                 first);
+                 first, sliver_bias);
           }
         }
       }
@@ -332,21 +347,25 @@ bool heed_sgemm_supported(SgemmKernel kernel) {
 
 void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                double* a_row_sums) {
+                double* a_row_sums, const float* bias) {
   HEED_CHECK(a_row_sums == nullptr || trans_a, "gemm", "heed's gemm sums the rows of op(A) = A^T only");
+  HEED_CHECK(bias == nullptr || beta == 0.0f, "gemm", "heed's gemm adds a bias with beta = 0 only (got beta {})", beta);
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // C = beta * C (beta 0 writes zeros without reading C); no p to sum over
+  if (k <= 0) {  // C = beta * C (beta 0 writes zeros without reading C), or the bias; no p to sum over
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = bias != nullptr ? bias[j] : beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
   HEED_CHECK(heed_sgemm_supported(kernel), "gemm", "heed's {} gemm kernel is not available on this CPU or build",
              kernel == SgemmKernel::Avx512 ? "AVX-512" : "AVX2");
 #if HEED_HAVE_AVX2
   if (kernel == SgemmKernel::Avx512)
-    packed_gemm<kMr512, kNr512>(tile_512, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums);
+    packed_gemm<kMr512, kNr512>(tile_512, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
+                                bias);
   else
-    packed_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums);
+    packed_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
+                                bias);
 #endif
 }
 
