@@ -539,6 +539,33 @@ TEST_CASE("cuda: Linear's bias and GELU epilogues (cuBLASLt and heed's fallback)
   }
 }
 
+TEST_CASE("cuda: cuBLASLt's algorithm cache keeps at most its capacity, least recently used dropped first") {
+  if (!cuda_ready()) return;
+  REQUIRE(cuda::gemm_epilogues_cublaslt());
+  CHECK_THROWS_WITH_AS(cuda::set_gemm_algorithm_cache_capacity(0), doctest::Contains("at least 1 entry"), Error);
+  cuda::set_gemm_algorithm_cache_capacity(3);
+  CHECK(cuda::gemm_algorithm_cache_size() <= 3);  // trimmed at once
+  manual_seed(47);
+  const Tensor w = rnd({8, 16}).to(kCUDA), bias = rnd({8}).to(kCUDA);
+  const Tensor w_cpu = w.to(kCPU), bias_cpu = bias.to(kCPU);
+  const cuda::GemmEpilogueCounts before = cuda::gemm_epilogue_counts();
+  // Six row counts: six problems for a three-entry cache; each one again afterwards (its answer
+  // asked for anew once dropped), every result still the CPU's.
+  int64_t calls = 0;
+  for (int round = 0; round < 2; ++round)
+    for (int64_t rows = 1; rows <= 6; ++rows) {
+      CAPTURE(rows);
+      const Tensor x = rnd({rows, 16});
+      check_close(F::linear(x, w_cpu, bias_cpu), F::linear(x.to(kCUDA), w, bias), Tol{1e-5, 1e-6}, "linear");
+      ++calls;
+      CHECK(cuda::gemm_algorithm_cache_size() <= 3);
+    }
+  const cuda::GemmEpilogueCounts after = cuda::gemm_epilogue_counts();
+  if (cuda::is_emulated()) CHECK(after.cublaslt_bias - before.cublaslt_bias == calls);  // none fell back
+  CHECK(after.cublaslt_bias + after.fallback_bias - before.cublaslt_bias - before.fallback_bias == calls);
+  CHECK(cuda::gemm_algorithm_cache_size() == 3);
+  cuda::set_gemm_algorithm_cache_capacity(1024);
+}
 TEST_CASE("cuda: softmax, log_softmax and cross-entropy") {
   if (!cuda_ready()) return;
   for (DType dtype : kFloatingTypes) {

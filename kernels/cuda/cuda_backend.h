@@ -5,6 +5,7 @@
 // CUDA in the build every entry is a stub and the kernel table is empty.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -38,6 +39,10 @@ struct GemmEpilogueCounts {
 void set_gemm_epilogues_lt(bool use);
 bool gemm_epilogues_lt();
 GemmEpilogueCounts gemm_epilogue_counts();
+// cuBLASLt's algorithm choices, cached per problem: at most `entries` of them (default 1024), the
+// least recently used dropped first; and how many are cached now.
+void set_lt_algorithm_cache_capacity(size_t entries);
+size_t lt_algorithm_cache_size();
 // Whether flash_attention_forward/backward take float16/bfloat16 operands (tensor-core kernels,
 // float32 accumulation and log-sum-exp) for these head dims: D == Dv in {64, 128} and a device
 // that has tensor cores for both types (sm_80 or newer; always under the emulator). Other head

@@ -29,6 +29,8 @@ std::atomic<bool> epilogues_lt{true};
 void set_gemm_epilogues_lt(bool use) { epilogues_lt = use; }
 bool gemm_epilogues_lt() { return epilogues_lt; }
 GemmEpilogueCounts gemm_epilogue_counts() { return {}; }
+void set_lt_algorithm_cache_capacity(size_t) {}
+size_t lt_algorithm_cache_size() { return 0; }
 bool flash_attention_takes_16bit(int64_t, int64_t) { return false; }
 void synchronize() {}
 

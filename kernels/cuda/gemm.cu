@@ -15,12 +15,15 @@
 // where cuBLASLt declines) runs as the gemm into pre_activation and heed's unary kernel. An
 // epilogue that
 // cuBLASLt has no algorithm for (its heuristic answers none for that shape, type and
-// alignment; the answer is cached) or that set_gemm_epilogues_lt(false) turns off runs as
+// alignment; the answer is cached, at most set_lt_algorithm_cache_capacity entries, the least
+// recently used dropped first) or that set_gemm_epilogues_lt(false) turns off runs as
 // heed's own kernels around the plain gemm: the bias written into C first (beta = 1), the row
 // sums in a separate pass; the counters say which path ran.
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <exception>
+#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -138,19 +141,19 @@ cublasLtHandle_t lt_handle() {
   return h;
 }
 
-// cuBLAS's recommended workspace for Hopper; allocated once, for the process.
+// cuBLAS's recommended workspace for Hopper; taken once from heed's caching allocator (which
+// gives its cached blocks back and retries before it reports the device full) and kept for the
+// process. Null when even then there was no room: the epilogues run in the fallback.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
-// Null when the device had no room for it: the epilogues then run in the fallback.
 void* lt_workspace() {
   static void* workspace = [] {
-    void* p = nullptr;
-    if (cudaMalloc(&p, kLtWorkspaceBytes) != cudaSuccess) {
-      cudaGetLastError();  // clear the (non-sticky) allocation error
+    try {
+      return allocate(kLtWorkspaceBytes);
+    } catch (const std::exception&) {
       std::fprintf(stderr, "heed: no room for cuBLASLt's %zu MiB workspace; Linear's epilogues run in heed's kernels\n",
                    kLtWorkspaceBytes >> 20);
       return static_cast<void*>(nullptr);
     }
-    return p;
   }();
   return workspace;
 }
@@ -183,9 +186,57 @@ struct LtPreference {
 };
 
 // What the heuristic's answer depends on.
-// (The cache holds one entry per distinct problem; a training run has a handful of shapes.)
 using AlgoKey = std::tuple<int, int, int, int, int, int, int, int, bool, bool, uint32_t, uint32_t, uint32_t, uint32_t,
                            uint32_t, uint32_t>;
+
+// The heuristic's answers (nullopt: none), one per distinct problem, the least recently used
+// dropped beyond the capacity: a training run has a handful of shapes, but inference over
+// varying lengths (and operand alignments) would otherwise grow the cache without end.
+class AlgoCache {
+ public:
+  // The cached answer, marked most recently used; false when the key is not cached.
+  bool find(const AlgoKey& key, std::optional<cublasLtMatmulAlgo_t>* algo) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = index_.find(key);
+    if (found == index_.end()) return false;
+    entries_.splice(entries_.begin(), entries_, found->second);
+    *algo = found->second->second;
+    return true;
+  }
+  void insert(const AlgoKey& key, const std::optional<cublasLtMatmulAlgo_t>& algo) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (index_.count(key)) return;  // another thread asked the heuristic for it meanwhile
+    entries_.emplace_front(key, algo);
+    index_.emplace(key, entries_.begin());
+    trim();
+  }
+  void set_capacity(size_t capacity) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capacity_ = capacity;
+    trim();
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+  }
+
+ private:
+  void trim() {
+    while (entries_.size() > capacity_) {
+      index_.erase(entries_.back().first);
+      entries_.pop_back();
+    }
+  }
+  std::mutex mutex_;
+  size_t capacity_ = 1024;
+  std::list<std::pair<AlgoKey, std::optional<cublasLtMatmulAlgo_t>>> entries_;  // most recently used first
+  std::map<AlgoKey, decltype(entries_)::iterator> index_;
+};
+
+AlgoCache& algo_cache() {
+  static AlgoCache* cache = new AlgoCache();  // never destroyed: gemms may run during static destruction
+  return *cache;
+}
 
 // Runs the gemm with its epilogue in cuBLASLt; false (nothing launched) when cuBLASLt has no
 // algorithm for it.
@@ -249,19 +300,8 @@ bool lt_gemm(const GemmArgs& g) {
                     align_c,
                     align_vector,
                     align_aux};
-  static std::mutex cache_mutex;
-  static std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> cache;
   std::optional<cublasLtMatmulAlgo_t> algo;
-  bool known = false;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    const auto found = cache.find(key);
-    if (found != cache.end()) {
-      algo = found->second;
-      known = true;
-    }
-  }
-  if (!known) {
+  if (!algo_cache().find(key, &algo)) {
     LtPreference preference;
     HEED_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference.preference));
     const uint64_t workspace = kLtWorkspaceBytes;
@@ -293,8 +333,7 @@ bool lt_gemm(const GemmArgs& g) {
                      cublasGetStatusName(status), m, n, k, std::string(dtype_name(g.dtype)).c_str());
       });
     }
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    cache.emplace(key, algo);
+    algo_cache().insert(key, algo);
   }
   if (!algo || !lt_workspace()) return false;
   const Scalars s(g, t, 0.0);
@@ -330,6 +369,9 @@ void fallback_epilogue_gemm(const GemmArgs& g) {
 
 void set_gemm_epilogues_lt(bool use) { epilogues_lt = use; }
 bool gemm_epilogues_lt() { return epilogues_lt; }
+
+void set_lt_algorithm_cache_capacity(size_t entries) { algo_cache().set_capacity(entries); }
+size_t lt_algorithm_cache_size() { return algo_cache().size(); }
 
 GemmEpilogueCounts gemm_epilogue_counts() {
   return {lt_bias_count.load(),       lt_row_sums_count.load(),       lt_gelu_count.load(),

@@ -42,6 +42,12 @@ struct GemmEpilogueCounts {
   int64_t fallback_bias = 0, fallback_bias_grad = 0, fallback_gelu = 0;
 };
 GemmEpilogueCounts gemm_epilogue_counts();
+// cuBLASLt's algorithm for each epilogue gemm is chosen once per problem (shapes, leading
+// dimensions, types, epilogue, operand alignments) and cached: at most `entries` problems
+// (default 1024; at least 1), the least recently used dropped first, so inference over many
+// lengths keeps a bounded cache. The size is how many are cached now (0 without CUDA).
+void set_gemm_algorithm_cache_capacity(int64_t entries);
+int64_t gemm_algorithm_cache_size();
 
 // True when F::flash_attention (and flash_attention_packed, scaled_dot_product_attention's
 // fused path, MultiHeadAttention) runs float16 or bfloat16 operands with these head dims on the

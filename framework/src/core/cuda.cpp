@@ -1,6 +1,7 @@
 // framework/src/core/cuda.cpp — CUDA availability and switches as the user sees them.
 #include "heed/cuda.h"
 
+#include "heed/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/kernels.h"
 
@@ -24,6 +25,13 @@ GemmEpilogueCounts gemm_epilogue_counts() {
   const kernels::cuda::GemmEpilogueCounts c = kernels::cuda::gemm_epilogue_counts();
   return {c.lt_bias, c.lt_row_sums, c.lt_gelu, c.fallback_bias, c.fallback_row_sums, c.fallback_gelu};
 }
+
+void set_gemm_algorithm_cache_capacity(int64_t entries) {
+  HEED_CHECK(entries >= 1, "cuda::set_gemm_algorithm_cache_capacity",
+             "the cache needs room for at least 1 entry, got {}", entries);
+  kernels::cuda::set_lt_algorithm_cache_capacity(static_cast<size_t>(entries));
+}
+int64_t gemm_algorithm_cache_size() { return static_cast<int64_t>(kernels::cuda::lt_algorithm_cache_size()); }
 
 bool flash_attention_tensor_cores(int64_t head_dim, int64_t value_dim) {
   return is_available() && kernels::cuda::flash_attention_takes_16bit(head_dim, value_dim);
