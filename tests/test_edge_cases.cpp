@@ -8,6 +8,9 @@
 //    underflows to 0 still gives the exact finite loss; a -inf logit on a non-target class
 //    has gradient exactly 0; a -inf logit on the target gives +inf (finite gradient); with
 //    label smoothing any -inf logit gives +inf (as in PyTorch); all targets ignored: loss 0.
+//    float32 rows take the vectorised path (exp in vector lanes, the sum in double): close to
+//    float64 also for a confident row over 50,000 classes, and a NaN anywhere in a row still
+//    gives a NaN loss.
 //  * log(0) = -inf, log(x < 0) = NaN, d/dx log at 0 = +inf; sqrt'(0) = +inf.
 //  * clip_grad_norm_: all-zero gradients give norm 0 and stay zero (no 0/0); max_norm 0
 //    zeroes the gradients; NaN/Inf gradients return the non-finite norm untouched or raise.
@@ -184,7 +187,7 @@ TEST_CASE("cross_entropy: no log(0), -inf logits, ignored targets, label smoothi
   CHECK(values_of(all_ignored.grad()) == std::vector<double>{0, 0, 0, 0});
 }
 
-TEST_CASE("cross_entropy in float32: the vectorised rows (16 and 8 lanes, a scalar tail) against float64") {
+TEST_CASE("cross_entropy in float32: the vectorised rows (vector loops and a scalar tail) against float64") {
   for (int64_t classes : {3, 16, 37, 300}) {
     for (double smoothing : {0.0, 0.1}) {
       CAPTURE(classes);
@@ -225,8 +228,24 @@ TEST_CASE("cross_entropy in float32: the vectorised rows (16 and 8 lanes, a scal
   CHECK(std::isfinite(masked_loss.item<double>()));
   masked_loss.backward();
   CHECK(masked32.grad().at({0, 20}) == 0.0);
-  CHECK(F::cross_entropy(from_vector(masked, {1, 37}).to(kFloat32), from_vector(std::vector<int64_t>{20}, {1}))
-            .item<double>() == kInf);
+  Tensor masked_target = from_vector(masked, {1, 37}).to(kFloat32).requires_grad_();
+  Tensor inf_loss = F::cross_entropy(masked_target, from_vector(std::vector<int64_t>{20}, {1}));
+  CHECK(inf_loss.item<double>() == kInf);
+  inf_loss.backward();
+  CHECK(isfinite_all(masked_target.grad()));
+  CHECK(masked_target.grad().at({0, 20}) == -1.0);
+
+  // A confident row over a large vocabulary: the target 20 above 49,999 others. The loss,
+  // log1p(49999 e^-20) = 1.03e-4, is the sum of the many tiny terms next to exp(0) = 1: summed
+  // in float they would round away (up to all of them in one lane); in double they are kept.
+  const int64_t vocab = 50000;
+  std::vector<double> confident(static_cast<size_t>(vocab), 0.0);
+  confident[123] = 20.0;
+  const double want = std::log1p(static_cast<double>(vocab - 1) * std::exp(-20.0));
+  const double got =
+      F::cross_entropy(from_vector(confident, {1, vocab}).to(kFloat32), from_vector(std::vector<int64_t>{123}, {1}))
+          .item<double>();
+  CHECK(std::abs(got - want) <= 1e-4 * want);  // relative (doctest's Approx adds 1 to the scale)
 }
 
 TEST_CASE("log and sqrt at the edges of their domain") {
