@@ -539,10 +539,14 @@ TEST_CASE("cuda: Linear's bias and GELU epilogues (cuBLASLt and heed's fallback)
   }
 }
 
-TEST_CASE("cuda: cuBLASLt's algorithm cache keeps at most its capacity, least recently used dropped first") {
+TEST_CASE("cuda: cuBLASLt's algorithm cache stays within its capacity, results unchanged when answers are dropped") {
   if (!cuda_ready()) return;
   REQUIRE(cuda::gemm_epilogues_cublaslt());
   CHECK_THROWS_WITH_AS(cuda::set_gemm_algorithm_cache_capacity(0), doctest::Contains("at least 1 entry"), Error);
+  // (Which entry goes first is kernels/lru_cache.h's, tested in test_lru_cache.)
+  struct RestoreCapacity {
+    ~RestoreCapacity() { cuda::set_gemm_algorithm_cache_capacity(1024); }
+  } restore;
   cuda::set_gemm_algorithm_cache_capacity(3);
   CHECK(cuda::gemm_algorithm_cache_size() <= 3);  // trimmed at once
   manual_seed(47);
@@ -564,8 +568,8 @@ TEST_CASE("cuda: cuBLASLt's algorithm cache keeps at most its capacity, least re
   if (cuda::is_emulated()) CHECK(after.cublaslt_bias - before.cublaslt_bias == calls);  // none fell back
   CHECK(after.cublaslt_bias + after.fallback_bias - before.cublaslt_bias - before.fallback_bias == calls);
   CHECK(cuda::gemm_algorithm_cache_size() == 3);
-  cuda::set_gemm_algorithm_cache_capacity(1024);
 }
+
 TEST_CASE("cuda: softmax, log_softmax and cross-entropy") {
   if (!cuda_ready()) return;
   for (DType dtype : kFloatingTypes) {

@@ -23,13 +23,13 @@
 #include <climits>
 #include <cstdio>
 #include <exception>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/lru_cache.h"
 
 namespace heed::kernels::cuda {
 
@@ -149,9 +149,9 @@ void* lt_workspace() {
   static void* workspace = [] {
     try {
       return allocate(kLtWorkspaceBytes);
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "heed: no room for cuBLASLt's %zu MiB workspace; Linear's epilogues run in heed's kernels\n",
-                   kLtWorkspaceBytes >> 20);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "heed: no room for cuBLASLt's %zu MiB workspace (%s); Linear's epilogues run in heed's kernels\n",
+                   kLtWorkspaceBytes >> 20, e.what());
       return static_cast<void*>(nullptr);
     }
   }();
@@ -192,49 +192,10 @@ using AlgoKey = std::tuple<int, int, int, int, int, int, int, int, bool, bool, u
 // The heuristic's answers (nullopt: none), one per distinct problem, the least recently used
 // dropped beyond the capacity: a training run has a handful of shapes, but inference over
 // varying lengths (and operand alignments) would otherwise grow the cache without end.
-class AlgoCache {
- public:
-  // The cached answer, marked most recently used; false when the key is not cached.
-  bool find(const AlgoKey& key, std::optional<cublasLtMatmulAlgo_t>* algo) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto found = index_.find(key);
-    if (found == index_.end()) return false;
-    entries_.splice(entries_.begin(), entries_, found->second);
-    *algo = found->second->second;
-    return true;
-  }
-  void insert(const AlgoKey& key, const std::optional<cublasLtMatmulAlgo_t>& algo) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (index_.count(key)) return;  // another thread asked the heuristic for it meanwhile
-    entries_.emplace_front(key, algo);
-    index_.emplace(key, entries_.begin());
-    trim();
-  }
-  void set_capacity(size_t capacity) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    capacity_ = capacity;
-    trim();
-  }
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return entries_.size();
-  }
-
- private:
-  void trim() {
-    while (entries_.size() > capacity_) {
-      index_.erase(entries_.back().first);
-      entries_.pop_back();
-    }
-  }
-  std::mutex mutex_;
-  size_t capacity_ = 1024;
-  std::list<std::pair<AlgoKey, std::optional<cublasLtMatmulAlgo_t>>> entries_;  // most recently used first
-  std::map<AlgoKey, decltype(entries_)::iterator> index_;
-};
+using AlgoCache = LruCache<AlgoKey, std::optional<cublasLtMatmulAlgo_t>>;
 
 AlgoCache& algo_cache() {
-  static AlgoCache* cache = new AlgoCache();  // never destroyed: gemms may run during static destruction
+  static AlgoCache* cache = new AlgoCache(1024);  // never destroyed: gemms may run during static destruction
   return *cache;
 }
 
