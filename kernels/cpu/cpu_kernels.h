@@ -30,9 +30,9 @@ bool is_avx512_core(const char* core);
 bool is_generic_core(const char* core);
 
 // How flash attention computes the float32 products inside its tiles: Auto (the default)
-// uses heed's register kernel (tile_gemm.h; AVX-512 where the CPU has it) when OpenBLAS's kernel
-// set is narrower than the CPU (openblas_coretype_hint not empty) and BLAS otherwise;
-// Registers (the widest kernel), RegistersAvx2 and Blas force one (for tests and measurements).
+// uses heed's register kernel (tile_gemm.h; AVX-512 where the CPU has it) in every build with
+// AVX2 and BLAS otherwise; Registers (the widest kernel), RegistersAvx2 and Blas force one (for
+// tests and measurements).
 enum class TileProducts { Auto, Registers, RegistersAvx2, Blas };
 void set_flash_attention_tile_products(TileProducts choice);
 // The choice in effect (Auto resolved).

@@ -3,8 +3,8 @@
 // Forward: for each (batch, head, block of kBlockQ queries), an online softmax over blocks of
 // kBlockK keys: S = scale * Q K^T, masks, running max m and sum l, acc = acc * e^(m_old - m)
 // + P V. Only lse = m + log l per row is stored for backward, never the T x S matrix.
-// The float32 tile products run through BLAS, or in registers (tile_gemm.h, AVX-512 where the CPU
-// has it) when OpenBLAS's kernel set is narrower than the CPU (flash_attention_tile_products);
+// The float32 tile products run in registers (tile_gemm.h, AVX-512 where the CPU has it) on
+// every CPU with AVX2, or through BLAS (flash_attention_tile_products, HEED_ATTENTION_TILES);
 // float64 always through BLAS.
 // Backward recomputes P = exp(S - lse) block by block: dV += P^T dO, dP = dO V^T,
 // dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q.
@@ -62,9 +62,50 @@ std::atomic<int>& tile_products_setting() {
   return setting;
 }
 
+// out (cols x rows, row-major) = the transpose of src (rows x cols, rows ld apart): 8 x 8 blocks
+// through ymm registers (unpack, shuffle, then 128-bit halves), the edges one element at a time.
+inline void transpose(const float* src, int64_t ld, int64_t rows, int64_t cols, float* out) {
+  int64_t r0 = 0;
+#if HEED_HAVE_AVX2
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (r0 + i) * ld + c0);
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+      float* o = out + c0 * rows + r0;
+      _mm256_storeu_ps(o + 0 * rows, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(o + 1 * rows, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(o + 2 * rows, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(o + 3 * rows, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(o + 4 * rows, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(o + 5 * rows, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(o + 6 * rows, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(o + 7 * rows, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (; c0 < cols; ++c0)
+      for (int64_t i = r0; i < r0 + 8; ++i) out[c0 * rows + i] = src[i * ld + c0];
+  }
+#endif
+  for (; r0 < rows; ++r0)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r0] = src[r0 * ld + c];
+}
+
 // One tile product, BLAS conventions (row-major, op(A) m x k, op(B) k x n). With register
 // tiles (float32), A or A^T is read through its strides and B^T (a key or value block, at most
-// 64 x head_dim) is first transposed into a per-thread scratch buffer; float64 (the reference
+// 64 x head_dim) is first transposed into a per-thread scratch buffer (8 x 8 blocks in ymm
+// registers: element by element it cost as much as the product); float64 (the reference
 // precision) always goes to BLAS.
 template <typename T>
 void gemm(TileProducts products, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
@@ -76,8 +117,7 @@ void gemm(TileProducts products, bool trans_a, bool trans_b, int64_t m, int64_t 
       if (!trans_b) return tile_gemm(m, n, k, alpha, a, a_row, a_col, b, ldb, beta, c, ldc, avx512);
       thread_local std::vector<float> b_transposed;
       b_transposed.resize(static_cast<size_t>(k * n));
-      for (int64_t j = 0; j < n; ++j)  // op(B)(p, j) = b[j * ldb + p]
-        for (int64_t p = 0; p < k; ++p) b_transposed[static_cast<size_t>(p * n + j)] = b[j * ldb + p];
+      transpose(b, ldb, n, k, b_transposed.data());  // op(B)(p, j) = b[j * ldb + p]
       return tile_gemm(m, n, k, alpha, a, a_row, a_col, b_transposed.data(), n, beta, c, ldc, avx512);
     }
   }
@@ -427,11 +467,11 @@ TileProducts flash_attention_tile_products() {
   const auto choice = static_cast<TileProducts>(tile_products_setting().load());
   if (choice != TileProducts::Auto) return choice;
 #if HEED_HAVE_AVX2
-  // Registers wherever OpenBLAS runs a kernel set narrower than the CPU (the cases
-  // openblas_coretype_hint names): its generic sets run these small products at about half the
-  // AVX2 register kernel's speed, and its AVX2 sets below the AVX-512 one; where it runs the
-  // CPU's widest set it stays (README, Performance).
-  return openblas_narrower_than_heed() ? TileProducts::Registers : TileProducts::Blas;
+  // Registers (the CPU's widest) on every CPU heed's kernels run on: with the key and value
+  // blocks transposed through ymm registers they are ahead of every OpenBLAS set at these
+  // sizes, its AVX-512 and AVX2 sets included, and far ahead of its generic ones (README,
+  // Performance).
+  return TileProducts::Registers;
 #else
   return TileProducts::Blas;
 #endif
