@@ -7,8 +7,10 @@
 // on recent Xeons (a quarter of it). heed runs its AVX-512 kernel on every AVX-512 CPU (with one
 // block per thread it is ahead of OpenBLAS's AVX-512 set too) and its AVX2 kernel where OpenBLAS
 // runs a generic set on an AVX2 CPU (blas.cpp).
-// This is the classic packed design (Goto / BLIS): op(B) is packed per KC x NR sliver, op(A) per
-// MR x KC panel in blocks of MC = 12 panels, and an MR x NR register tile accumulates over KC.
+// This is the classic packed design (Goto / BLIS): op(B) = B^T is packed per KC x NR sliver
+// (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
+// packed), op(A) per MR x KC panel in blocks of MC = 12 panels, and an MR x NR register tile
+// accumulates over KC.
 //
 // Invariants:
 // - every C element is one float accumulator per KC slice, fed p in increasing order with fused
@@ -202,7 +204,7 @@ __attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m
 
 __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
                                                      int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
-                                                     bool first, const float* bias) {
+                                                     bool first, const float* bias, int64_t ldpb) {
   __m512 acc[kMr512][2];
 #pragma GCC unroll 14
   for (int i = 0; i < kMr512; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -211,7 +213,7 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }
   for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
+    const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < kMr512; ++i) {
       const __m512 x = _mm512_set1_ps(pa[i]);
@@ -219,7 +221,7 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
       acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
     }
     pa += kMr512;
-    pb += kNr512;
+    pb += ldpb;
   }
   if (rows == kMr512 && cols == kNr512) {
 #pragma GCC unroll 14
@@ -260,12 +262,12 @@ inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, flo
 }
 
 void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
-              float alpha, float beta, bool first, const float* bias) {
+              float alpha, float beta, bool first, const float* bias, int64_t ldpb) {
   __m256 acc[kMr256][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
+    const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < kMr256; ++i) {
       const __m256 x = _mm256_broadcast_ss(pa + i);
@@ -273,7 +275,7 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
       acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
     }
     pa += kMr256;
-    pb += kNr256;
+    pb += ldpb;
   }
   if (rows == kMr256 && cols == kNr256) {
 #pragma GCC unroll 6
@@ -290,9 +292,10 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
 }
 
 // The packed loops around a register tile kernel (Goto's order): C's columns in blocks of at
-// most kNc; for each KC slice, that block's op(B) is packed once (it stays in L2/L3), then op(A)
-// once per MC rows (in L2), and every (MR, NR) tile of those rows runs over the slice with its B
-// sliver in L1. op(A)'s row sums are taken in the first column block only (each (i, p) once).
+// most kNc; for each KC slice, that block's op(B) is packed once when it is B^T (it stays in
+// L2/L3; B itself is read in place), then op(A) once per MC rows (in L2), and every (MR, NR) tile
+// of those rows runs over the slice with its B sliver (ldpb floats between its rows: NR packed,
+// ldb in place). op(A)'s row sums are taken in the first column block only (each (i, p) once).
 template <int MR, int NR, typename Tile>
 void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums,
@@ -309,20 +312,27 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
     for (int64_t p0 = 0; p0 < k; p0 += kKc) {
       const int64_t kc = std::min(kKc, k - p0);
       const bool first = p0 == 0;
-      pack_b<NR>(trans_b, b_block, ldb, nc, p0, kc, packed_b);
+      // op(B) = B is read in place for every full sliver (its KC x NR sliver is NR floats of each
+      // of KC rows, ldb apart: copying it cost the weight gradients up to a fifth of their time,
+      // waiting on B's rows from memory); only a partial last sliver is packed (zero-padded).
+      const int64_t full_slivers = trans_b ? 0 : nc / NR;
+      if (full_slivers < n_slivers)
+        pack_b<NR>(trans_b, b_block + full_slivers * NR, ldb, nc - full_slivers * NR, p0, kc, packed_b);
       for (int64_t i0 = 0; i0 < m; i0 += kMc) {
         const int64_t mc = std::min(kMc, m - i0);
         const int64_t m_panels = (mc + MR - 1) / MR;
         pack_a<MR>(trans_a, trans_a ? a + i0 : a + i0 * lda, lda, mc, p0, kc, packed_a,
                    row_sums != nullptr ? row_sums + i0 : nullptr);
         for (int64_t s = 0; s < n_slivers; ++s) {
-          const float* pb = packed_b + s * NR * kc;
+          const bool in_place = s < full_slivers;
+          const float* pb = in_place ? b_block + p0 * ldb + s * NR : packed_b + (s - full_slivers) * NR * kc;
+          const int64_t ldpb = in_place ? ldb : NR;
           const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
           const float* sliver_bias = bias != nullptr ? bias + j0 + s * NR : nullptr;
           for (int64_t r = 0; r < m_panels; ++r) {
             const int64_t rows = std::min<int64_t>(MR, mc - r * MR);
             tile(kc, packed_a + r * MR * kc, pb, c + (i0 + r * MR) * ldc + j0 + s * NR, ldc, rows, cols, alpha, beta,
-                 first, sliver_bias);
+                 first, sliver_bias, ldpb);
           }
         }
       }
