@@ -67,14 +67,17 @@ float* scratch(int slot, int64_t floats) {
 // transposing copy behind both packings whose source runs along p (op(A) = A, op(B) = B^T).
 // 8 x 8 blocks are transposed in ymm registers; the p tail is scalar.
 void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, int64_t width, float* out) {
+  alignas(32) static const float kZeroRow[kKc] = {};  // the source of rows past `rows` (kc <= kKc)
   for (int64_t i0 = 0; i0 < width; i0 += 8) {
     const int64_t valid = std::clamp<int64_t>(rows - i0, 0, 8), lanes = std::min<int64_t>(width - i0, 8);
     const __m256i store_mask =
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const float* row[8];  // chosen once per group: no per-load test in the loop below
+    for (int i = 0; i < 8; ++i) row[i] = i < valid ? src + (i0 + i) * ld : kZeroRow;
     int64_t p0 = 0;
     for (; p0 + 8 <= kc; p0 += 8) {
       __m256 r[8];
-      for (int i = 0; i < 8; ++i) r[i] = i < valid ? _mm256_loadu_ps(src + (i0 + i) * ld + p0) : _mm256_setzero_ps();
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(row[i] + p0);
       // 8 x 8 transpose: pairs, quads, then 128-bit halves.
       const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
       const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -95,8 +98,27 @@ void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, int
       for (int q = 0; q < 8; ++q) _mm256_maskstore_ps(out + (p0 + q) * width + i0, store_mask, columns[q]);
     }
     for (; p0 < kc; ++p0)
-      for (int64_t i = 0; i < lanes; ++i) out[p0 * width + i0 + i] = i < valid ? src[(i0 + i) * ld + p0] : 0.0f;
+      for (int64_t i = 0; i < lanes; ++i) out[p0 * width + i0 + i] = row[i][p0];
   }
+}
+
+// One full panel of op(A) = A^T: out[p * MR + i] = src[p * ld + i] for i < MR, p < kc, and
+// sums[i] += src[p * ld + i] in double, p in increasing order (each row's own sequence of adds,
+// as the scalar loop below; the rows are added four to a vector).
+template <int MR>
+void copy_and_sum_panel(const float* src, int64_t ld, int64_t kc, float* out, double* sums) {
+  constexpr int kGroups = MR / 4, kRest = MR % 4;
+  __m256d acc[kGroups];
+  double rest[kRest > 0 ? kRest : 1];
+  for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_loadu_pd(sums + 4 * g);
+  for (int r = 0; r < kRest; ++r) rest[r] = sums[4 * kGroups + r];
+  for (int64_t p = 0; p < kc; ++p, src += ld, out += MR) {
+    std::memcpy(out, src, MR * sizeof(float));
+    for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_add_pd(acc[g], _mm256_cvtps_pd(_mm_loadu_ps(src + 4 * g)));
+    for (int r = 0; r < kRest; ++r) rest[r] += static_cast<double>(src[4 * kGroups + r]);
+  }
+  for (int g = 0; g < kGroups; ++g) _mm256_storeu_pd(sums + 4 * g, acc[g]);
+  for (int r = 0; r < kRest; ++r) sums[4 * kGroups + r] = rest[r];
 }
 
 // Packs rows [0, m) x depth [p0, p0 + kc) of op(A) into MR-row panels: panel r holds, for each p,
@@ -107,7 +129,12 @@ void pack_a(bool trans_a, const float* a, int64_t lda, int64_t m, int64_t p0, in
             double* row_sums) {
   for (int64_t r0 = 0; r0 < m; r0 += MR) {
     const int64_t rows = std::min<int64_t>(MR, m - r0);
-    if (trans_a) {      // op(A)[i, p] = a[p * lda + i]: each p is a contiguous run of rows
+    if (trans_a) {                              // op(A)[i, p] = a[p * lda + i]: each p is a contiguous run of rows
+      if (rows == MR && row_sums != nullptr) {  // the common case, its sums in registers
+        copy_and_sum_panel<MR>(a + p0 * lda + r0, lda, kc, out, row_sums + r0);
+        out += MR * kc;
+        continue;
+      }
       double sums[MR];  // the running row sums, added to in p order as the separate pass would
       if (row_sums != nullptr)
         for (int64_t i = 0; i < rows; ++i) sums[i] = row_sums[r0 + i];
