@@ -214,6 +214,21 @@ HEED_AVX512 inline int64_t exp_shifted(const float* in, float* out, int64_t n, f
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, fast_exp16(_mm512_sub_ps(_mm512_loadu_ps(in + i), s)));
   return i;
 }
+// exp_shifted, each 16 results also added to the 8-lane running sum `partial` as two 8-lane adds
+// (the low half, then the high half): the 8-lane loop's order of additions, so its bits.
+HEED_AVX512 inline int64_t exp_shifted_sum(const float* in, float* out, int64_t n, float shift, __m256* partial) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m256 sum = *partial;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = fast_exp16(_mm512_sub_ps(_mm512_loadu_ps(in + i), s));
+    _mm512_storeu_ps(out + i, e);
+    sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(e), 0)));
+    sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(e), 1)));
+  }
+  *partial = sum;
+  return i;
+}
 #undef HEED_AVX512
 }  // namespace avx512
 #endif
@@ -312,7 +327,8 @@ inline double row_max(const double* x, int64_t n) {
 }
 
 // out[i] = exp(in[i] - shift) as exp_shifted, and returns their sum (in 8 lane-wise partial
-// sums, then the lanes in order and the tail: a fixed order for a given n).
+// sums, then the lanes in order and the tail: a fixed order for a given n; the 16-lane loop adds
+// in that same order).
 inline float exp_shifted_sum(const float* in, float* out, int64_t n, float shift) {
   int64_t i = 0;
   float sum = 0.0f;
@@ -320,6 +336,7 @@ inline float exp_shifted_sum(const float* in, float* out, int64_t n, float shift
   if (n >= 8) {
     const __m256 s = _mm256_set1_ps(shift);
     __m256 partial = _mm256_setzero_ps();
+    if (n >= 16 && vec_has_avx512f()) i = avx512::exp_shifted_sum(in, out, n, shift, &partial);
     for (; i + 8 <= n; i += 8) {
       const __m256 e = fast_exp8(_mm256_sub_ps(_mm256_loadu_ps(in + i), s));
       _mm256_storeu_ps(out + i, e);
