@@ -106,6 +106,10 @@ TEST_CASE("flash attention matches the composed path in float32, tile products t
   causal.causal = true;
   all.push_back({"causal, head dim 64 (full 4 x 16 register blocks)", 1, 2, 130, 130, 64, 64, causal, 0.0});
   all.push_back({"no mask, head dims 32 and 40", 2, 2, 64, 70, 32, 40, F::AttentionMask{}, 0.0});
+  // Query/key head dims that are no multiple of 8 (and one under 8): the transposed key blocks'
+  // ragged edges in the register path.
+  all.push_back({"causal, head dims 19 and 12", 2, 2, 70, 70, 19, 12, causal, 0.0});
+  all.push_back({"no mask, head dims 5 and 3, T < S", 1, 2, 33, 90, 5, 3, F::AttentionMask{}, 0.0});
   const auto name = [](TileProducts p) {
     return p == TileProducts::Blas ? "BLAS" : p == TileProducts::RegistersAvx2 ? "AVX2 registers" : "widest registers";
   };

@@ -6,8 +6,8 @@
 # heed's hint when the default is generic or AVX2 on an AVX-512 CPU, and the generic Prescott set)
 # and each case, heed-bench and torch_ref.py run alternately ROUNDS times with the same flags and
 # the same OPENBLAS_CORETYPE (PyTorch runs its matmuls on that OpenBLAS set; heed on the code its
-# CpuGemm::Auto picks for it, named in the table: OpenBLAS, or heed's own AVX-512/AVX2 kernels
-# where the set is narrower than the CPU); the medians, the ratio PyTorch / heed (> 1: heed is faster) and
+# CpuGemm::Auto picks for it, named in the table: heed's AVX-512 kernel on AVX-512 CPUs, its AVX2
+# kernel where OpenBLAS is generic on an AVX2 CPU, else OpenBLAS); the medians, the ratio PyTorch / heed (> 1: heed is faster) and
 # heed's whole-step FLOP rate against the sgemm ceiling measured in the same process go into a
 # markdown table headed by the CPU model, the BLAS and each kernel set's ceiling.
 #

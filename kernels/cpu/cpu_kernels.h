@@ -51,8 +51,7 @@ void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64
                 double* a_row_sums = nullptr, const float* bias = nullptr);
 // Whether OpenBLAS's kernel set is narrower than heed's own kernels on this CPU (a generic set
 // where heed has AVX2, an AVX2 set where it has AVX-512: openblas_coretype_hint is not empty).
-// Decides Auto for flash attention's tile products, and for the float32 gemm code on CPUs
-// without AVX-512. Checked once.
+// Decides Auto for the float32 gemm code on CPUs without AVX-512. Checked once.
 bool openblas_narrower_than_heed();
 // Which code computes float32 gemms: Auto (the default) is heed's AVX-512 kernel on every CPU
 // with AVX-512F, heed's AVX2 kernel where OpenBLAS runs a generic set on an AVX2 CPU, OpenBLAS

@@ -7,8 +7,8 @@
 // attention tiles need only C (m x n) = alpha * A B + beta * C with A read through two strides
 // (so A or A^T comes without a copy) and B row-major with unit column stride (B^T is transposed
 // into a scratch buffer by the caller, see flash_attention.cpp), which a small register-blocked
-// kernel does as fast as OpenBLAS's kernels of the same width; flash attention uses it where
-// OpenBLAS's set is narrower than the CPU (measured side by side in the README).
+// kernel does as fast as OpenBLAS's kernels of the same width or faster; flash attention uses it
+// on every CPU with AVX2 (measured side by side in the README).
 //
 // Invariants: every C element is one float accumulator, fed p = 0, 1, ..., k-1 in order with
 // fused multiply-adds, then alpha * acc (+ beta * C); the AVX-512, AVX2 and scalar paths
