@@ -145,6 +145,28 @@ inline void parallel_for(int64_t n, int64_t grain, F&& f) {
   }
 }
 
+// ---- fixed-order sums in double ---------------------------------------------------------------
+
+inline constexpr int kSumLanes = 8;
+
+// The fixed tree that adds the kSumLanes partial sums.
+inline double lane_tree(const double (&acc)[kSumLanes]) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Sum over c in [0, n) of term(c), in double, with kSumLanes independent accumulators (lane k takes
+// c = k mod kSumLanes, the tail goes to lane 0) combined in a fixed tree: the loop vectorises, and
+// the order depends on n only.
+template <typename Term>
+inline double lane_sum(int64_t n, Term term) {
+  double acc[kSumLanes] = {};
+  int64_t c = 0;
+  for (; c + kSumLanes <= n; c += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) acc[k] += term(c + k);
+  for (; c < n; ++c) acc[0] += term(c);
+  return lane_tree(acc);
+}
+
 // Elements per parallel task for cheap element-wise work.
 inline constexpr int64_t kElementwiseGrain = 32768;
 

@@ -63,7 +63,7 @@ std::atomic<int>& tile_products_setting() {
 }
 
 // out (cols x rows, row-major) = the transpose of src (rows x cols, rows ld apart): 8 x 8 blocks
-// through ymm registers (unpack, shuffle, then 128-bit halves), the edges one element at a time.
+// through ymm registers (transpose_8x8), the edges one element at a time.
 inline void transpose(const float* src, int64_t ld, int64_t rows, int64_t cols, float* out) {
   int64_t r0 = 0;
 #if HEED_HAVE_AVX2
@@ -72,27 +72,8 @@ inline void transpose(const float* src, int64_t ld, int64_t rows, int64_t cols, 
     for (; c0 + 8 <= cols; c0 += 8) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (r0 + i) * ld + c0);
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-      float* o = out + c0 * rows + r0;
-      _mm256_storeu_ps(o + 0 * rows, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(o + 1 * rows, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(o + 2 * rows, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(o + 3 * rows, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(o + 4 * rows, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(o + 5 * rows, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(o + 6 * rows, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(o + 7 * rows, _mm256_permute2f128_ps(u3, u7, 0x31));
+      transpose_8x8(r);
+      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(out + (c0 + q) * rows + r0, r[q]);
     }
     for (; c0 < cols; ++c0)
       for (int64_t i = r0; i < r0 + 8; ++i) out[c0 * rows + i] = src[i * ld + c0];

@@ -18,26 +18,6 @@ namespace heed::kernels::cpu {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
-constexpr int kLanes = 8;
-
-// The fixed tree that adds the kLanes partial sums.
-inline double lane_tree(const double (&acc)[kLanes]) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-// Sum over c in [0, n) of term(c), in double, with kLanes independent accumulators (lane k takes
-// c = k mod kLanes, the tail goes to lane 0) combined in a fixed tree: the loop vectorises, and
-// the order depends on n only.
-template <typename Term>
-double lane_sum(int64_t n, Term term) {
-  double acc[kLanes] = {};
-  int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    for (int k = 0; k < kLanes; ++k) acc[k] += term(c + k);
-  for (; c < n; ++c) acc[0] += term(c);
-  return lane_tree(acc);
-}
-
 // y = xhat (* w) (+ b) over one row; the affine choices are template parameters so the loop
 // has no branches.
 template <typename T, bool kWeight, bool kBias>
@@ -84,14 +64,14 @@ void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t col
 
 // One row of backward: xhat and dxhat (= dy * w) into the row buffers, the dweight/dbias partial
 // sums of the row's block (kParams), then dx from the two row means. The two means are summed in
-// the same pass, lane by lane exactly as lane_sum orders them (lane k takes c = k mod kLanes, the
+// the same pass, lane by lane exactly as lane_sum orders them (lane k takes c = k mod kSumLanes, the
 // tail goes to lane 0, the same tree), so the result is that of two lane_sum calls.
 template <typename T, bool kWeight, bool kParams>
 void backward_row(const T* __restrict xr, const T* __restrict w, const T* __restrict dyr, int64_t cols, compute_t<T> m,
                   compute_t<T> s, compute_t<T>* __restrict xhat, compute_t<T>* __restrict dxhat, double* __restrict pdw,
                   double* __restrict pdb, T* __restrict dxr) {
   using C = compute_t<T>;
-  double sum_dxhat[kLanes] = {}, sum_dxhat_xhat[kLanes] = {};
+  double sum_dxhat[kSumLanes] = {}, sum_dxhat_xhat[kSumLanes] = {};
   const auto visit = [&](int64_t c, int lane) {
     const C xh = (load(xr + c) - m) * s;
     const C g = load(dyr + c);
@@ -114,7 +94,7 @@ void backward_row(const T* __restrict xr, const T* __restrict w, const T* __rest
     __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
     __m256d prod_lo = _mm256_setzero_pd(), prod_hi = _mm256_setzero_pd();
     const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s);
-    for (; c + kLanes <= cols; c += kLanes) {
+    for (; c + kSumLanes <= cols; c += kSumLanes) {
       const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
       const __m256 g = _mm256_loadu_ps(dyr + c);
       __m256 dxh = g;
@@ -144,8 +124,8 @@ void backward_row(const T* __restrict xr, const T* __restrict w, const T* __rest
     _mm256_storeu_pd(sum_dxhat_xhat + 4, prod_hi);
   }
 #endif
-  for (; c + kLanes <= cols; c += kLanes)
-    for (int k = 0; k < kLanes; ++k) visit(c + k, k);
+  for (; c + kSumLanes <= cols; c += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) visit(c + k, k);
   for (; c < cols; ++c) visit(c, 0);
   const C mean_dxhat = static_cast<C>(lane_tree(sum_dxhat) / static_cast<double>(cols));
   const C mean_dxhat_xhat = static_cast<C>(lane_tree(sum_dxhat_xhat) / static_cast<double>(cols));

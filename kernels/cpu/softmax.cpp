@@ -14,26 +14,6 @@ namespace heed::kernels::cpu {
 
 namespace {
 
-// The sum of n floats in double, in eight interleaved lanes (a fixed order for a given n).
-double sum_in_double(const float* v, int64_t n) {
-  double lanes[8] = {};
-  int64_t i = 0;
-#if HEED_HAVE_AVX2
-  __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(v + i);
-    low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
-    high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
-  }
-  _mm256_storeu_pd(lanes, low);
-  _mm256_storeu_pd(lanes + 4, high);
-#endif
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) lanes[k] += static_cast<double>(v[i + k]);
-  for (; i < n; ++i) lanes[0] += static_cast<double>(v[i]);
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-}
-
 template <typename T>
 int64_t row_grain(int64_t cols) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
@@ -125,7 +105,7 @@ void cross_entropy_forward_typed(const T* logits, const int64_t* targets, int64_
         // row_max but turns the sum into NaN, so the loss is NaN as below.
         mx = row_max(x, classes);
         exp_shifted(x, exps.data(), classes, mx);
-        total = sum_in_double(exps.data(), classes);
+        total = lane_sum(classes, [&](int64_t c) { return static_cast<double>(exps[static_cast<size_t>(c)]); });
       } else {
         mx = -std::numeric_limits<C>::infinity();
         for (int64_t c = 0; c < classes; ++c) {

@@ -150,7 +150,8 @@ void* lt_workspace() {
     try {
       return allocate(kLtWorkspaceBytes);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "heed: no room for cuBLASLt's %zu MiB workspace (%s); Linear's epilogues run in heed's kernels\n",
+      std::fprintf(stderr,
+                   "heed: no room for cuBLASLt's %zu MiB workspace (%s); Linear's epilogues run in heed's kernels\n",
                    kLtWorkspaceBytes >> 20, e.what());
       return static_cast<void*>(nullptr);
     }
