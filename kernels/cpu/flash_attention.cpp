@@ -9,7 +9,8 @@
 // Backward recomputes P = exp(S - lse) block by block: dV += P^T dO, dP = dO V^T,
 // dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q.
 // Invariants:
-//  * Blocks that causal/window/key-length masks exclude entirely are skipped.
+//  * Blocks that causal/window/key-length masks exclude entirely are skipped; inside a masked
+//    block, each group of 32 query rows skips the key columns none of its rows sees (RowGroups).
 //  * A fully masked row has l = 0: output 0, lse = -inf, zero gradients.
 //  * Work is split by problem shape only (never by thread count), and every accumulation
 //    runs in a fixed order, so results are identical for any number of threads:
@@ -84,26 +85,82 @@ inline void transpose(const float* src, int64_t ld, int64_t rows, int64_t cols, 
 }
 
 // One tile product, BLAS conventions (row-major, op(A) m x k, op(B) k x n). With register
-// tiles (float32), A or A^T is read through its strides and B^T (a key or value block, at most
-// 64 x head_dim) is first transposed into a per-thread scratch buffer (8 x 8 blocks in ymm
-// registers: element by element it cost as much as the product); float64 (the reference
-// precision) always goes to BLAS.
+// tiles (float32), A or A^T is read through its strides and B is read row-major; B^T operands
+// (key and value blocks) go through TransposedOperand below. float64 (the reference precision)
+// always goes to BLAS.
 template <typename T>
-void gemm(TileProducts products, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm(TileProducts products, bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
     if (products != TileProducts::Blas) {
       const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
       const bool avx512 = products == TileProducts::Registers && tile_gemm_has_avx512();
-      if (!trans_b) return tile_gemm(m, n, k, alpha, a, a_row, a_col, b, ldb, beta, c, ldc, avx512);
-      thread_local std::vector<float> b_transposed;
-      b_transposed.resize(static_cast<size_t>(k * n));
-      transpose(b, ldb, n, k, b_transposed.data());  // op(B)(p, j) = b[j * ldb + p]
-      return tile_gemm(m, n, k, alpha, a, a_row, a_col, b_transposed.data(), n, beta, c, ldc, avx512);
+      return tile_gemm(m, n, k, alpha, a, a_row, a_col, b, ldb, beta, c, ldc, avx512);
     }
   }
-  blas_gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  blas_gemm<T>(trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+// The B^T operand of C = alpha A B^T + beta C, where B (n x k, rows ldb apart) is a key or value
+// block: register tiles need it transposed, which is done once here (8 x 8 blocks in ymm
+// registers: element by element it cost as much as the product) into `scratch`, so that the
+// row groups of a masked tile can each multiply by their own range of its columns.
+template <typename T>
+class TransposedOperand {
+ public:
+  TransposedOperand(TileProducts products, const T* b, int64_t ldb, int64_t n, int64_t k, std::vector<T>& scratch)
+      : products_(products), b_(b), ldb_(ldb), n_(n), k_(k) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (products != TileProducts::Blas) {
+        scratch.resize(static_cast<size_t>(k * n));
+        transpose(b, ldb, n, k, scratch.data());  // bt(p, j) = b[j * ldb + p]
+        bt_ = scratch.data();
+      }
+    }
+  }
+  // C[:, c_lo:c_hi] (m rows, ldc apart) = alpha A (m x k, lda) B[c_lo:c_hi, :]^T + beta C[:, c_lo:c_hi].
+  void product(int64_t m, int64_t c_lo, int64_t c_hi, T alpha, const T* a, int64_t lda, T beta, T* c,
+               int64_t ldc) const {
+    if (c_hi <= c_lo) return;
+    if (bt_ != nullptr)
+      return gemm<T>(products_, false, m, c_hi - c_lo, k_, alpha, a, lda, bt_ + c_lo, n_, beta, c + c_lo, ldc);
+    blas_gemm<T>(false, true, m, c_hi - c_lo, k_, alpha, a, lda, b_ + c_lo * ldb_, ldb_, beta, c + c_lo, ldc);
+  }
+
+ private:
+  TileProducts products_;
+  const T* b_;
+  int64_t ldb_, n_, k_;
+  const T* bt_ = nullptr;
+};
+
+// Row groups of one (query block, key block) tile: rows [r0, r1) of the tile see at most its
+// columns [c_lo, c_hi) (all relative to the tile). An unmasked tile is one group with every
+// column; a masked one is split into groups of kGroupRows rows, each with the columns its rows
+// can see at all, so the diagonal tiles of causal attention skip the products above the
+// diagonal (at T = 128 that is a sixth of attention's work). Skipped products are exactly the
+// ones whose probabilities are 0: the sums only lose terms that add zero, so causal tiles (every
+// group starting at column 0) give the same bits as the whole tile did; a group that starts past
+// column 0 (a window) sums its exponentials in other lanes (the same accuracy, other roundings).
+// Groups depend on the problem's shape only, never on the thread count.
+constexpr int64_t kGroupRows = 32;
+struct RowGroup {
+  int64_t r0, r1, c_lo, c_hi;
+};
+struct RowGroups {
+  RowGroup group[kBlockQ / kGroupRows];
+  int64_t count = 0;
+  // The rows [r_lo, r_hi) whose groups can see any of the columns [c0, c1) (r_lo == r_hi: none).
+  void rows_seeing(int64_t c0, int64_t c1, int64_t* r_lo, int64_t* r_hi) const {
+    *r_lo = *r_hi = 0;
+    for (int64_t g = 0; g < count; ++g) {
+      const RowGroup& x = group[g];
+      if (x.c_lo >= c1 || x.c_hi <= c0 || x.c_hi <= x.c_lo) continue;
+      if (*r_lo == *r_hi) *r_lo = x.r0;
+      *r_hi = x.r1;
+    }
+  }
+};
 
 int64_t view_offset(const StridedView& v, int64_t b, int64_t h, int64_t i, int64_t j) {
   return b * v.strides[0] + h * v.strides[1] + i * v.strides[2] + j * v.strides[3];
@@ -167,6 +224,24 @@ struct Problem {
     if (a.causal && j1 - 1 > i0 + shift) return true;
     if (a.window >= 0 && (j0 < i1 - 1 + shift - a.window || j1 - 1 > i0 + shift + a.window)) return true;
     return false;
+  }
+
+  // The row groups of the tile [i0, i1) x [j0, j1) (RowGroups): one with every column when no
+  // mask applies inside it, else groups of kGroupRows rows with the columns key_range gives them.
+  RowGroups row_groups(int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    RowGroups out;
+    if (!tile_needs_mask(b, i0, i1, j0, j1)) {
+      out.group[out.count++] = {0, i1 - i0, 0, j1 - j0};
+      return out;
+    }
+    for (int64_t r0 = 0; r0 < i1 - i0; r0 += kGroupRows) {
+      const int64_t r1 = std::min(i1 - i0, r0 + kGroupRows);
+      int64_t lo, hi;
+      key_range(b, i0 + r0, i0 + r1, &lo, &hi);
+      const int64_t c_lo = std::clamp(lo, j0, j1) - j0, c_hi = std::clamp(hi, j0, j1) - j0;
+      out.group[out.count++] = {r0, r1, c_lo, std::max(c_lo, c_hi)};
+    }
+    return out;
   }
 
   // Applies masks and the additive bias to a scores tile (rows x cols, ld = ldS).
@@ -234,7 +309,7 @@ void forward_typed(const FlashAttentionArgs& args) {
   const bool dropout = args.dropout_p > 0.0;
   parallel_for(pr.B * pr.H * q_blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> s_tile(static_cast<size_t>(kBlockQ * kBlockK)), p_drop(dropout ? s_tile.size() : 0);
-    std::vector<T> acc(static_cast<size_t>(kBlockQ * pr.Dv)), m(kBlockQ), l(kBlockQ);
+    std::vector<T> acc(static_cast<size_t>(kBlockQ * pr.Dv)), m(kBlockQ), l(kBlockQ), b_transposed;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / q_blocks, qb = task % q_blocks, b = bh / pr.H, h = bh % pr.H;
       const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ), rows = i1 - i0;
@@ -248,22 +323,32 @@ void forward_typed(const FlashAttentionArgs& args) {
       pr.key_range(b, i0, i1, &lo, &hi);
       for (int64_t j0 = lo - lo % kBlockK; j0 < hi; j0 += kBlockK) {
         const int64_t j1 = std::min(hi, j0 + kBlockK), cols = j1 - j0;
-        gemm<T>(pr.products, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k + j0 * pr.k.seq, pr.k.seq, T(0),
-                s_tile.data(), kBlockK);
+        // S = scale q k^T for each row group's columns; mask_tile sets every other score to -inf.
+        const RowGroups groups = pr.row_groups(b, i0, i1, j0, j1);
+        const TransposedOperand<T> keys(pr.products, k + j0 * pr.k.seq, pr.k.seq, cols, pr.D, b_transposed);
+        for (int64_t g = 0; g < groups.count; ++g) {
+          const RowGroup& x = groups.group[g];
+          keys.product(x.r1 - x.r0, x.c_lo, x.c_hi, scale, q + x.r0 * pr.q.seq, pr.q.seq, T(0),
+                       s_tile.data() + x.r0 * kBlockK, kBlockK);
+        }
         if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
-        for (int64_t r = 0; r < rows; ++r) {
-          T* srow = s_tile.data() + r * kBlockK;
-          const T new_max = std::max(m[r], row_max(srow, cols));
-          if (new_max == -std::numeric_limits<T>::infinity()) {  // nothing visible yet
-            for (int64_t c = 0; c < cols; ++c) srow[c] = T(0);
-            continue;
-          }
-          const T correction = m[r] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[r] - new_max);
-          l[r] = l[r] * correction + exp_shifted_sum(srow, srow, cols, new_max);
-          m[r] = new_max;
-          if (correction != T(1)) {
-            T* arow = acc.data() + r * pr.Dv;
-            for (int64_t c = 0; c < pr.Dv; ++c) arow[c] *= correction;
+        for (int64_t g = 0; g < groups.count; ++g) {  // P over the group's columns (the others are never read)
+          const RowGroup& x = groups.group[g];
+          const int64_t width = x.c_hi - x.c_lo;
+          for (int64_t r = x.r0; r < x.r1; ++r) {
+            T* srow = s_tile.data() + r * kBlockK + x.c_lo;
+            const T new_max = std::max(m[r], row_max(srow, width));
+            if (new_max == -std::numeric_limits<T>::infinity()) {  // nothing visible yet
+              for (int64_t c = 0; c < width; ++c) srow[c] = T(0);
+              continue;
+            }
+            const T correction = m[r] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[r] - new_max);
+            l[r] = l[r] * correction + exp_shifted_sum(srow, srow, width, new_max);
+            m[r] = new_max;
+            if (correction != T(1)) {
+              T* arow = acc.data() + r * pr.Dv;
+              for (int64_t c = 0; c < pr.Dv; ++c) arow[c] *= correction;
+            }
           }
         }
         const T* p = s_tile.data();
@@ -272,8 +357,12 @@ void forward_typed(const FlashAttentionArgs& args) {
           pr.dropout_tile(p_drop.data(), kBlockK, b, h, i0, i1, j0, j1);
           p = p_drop.data();
         }
-        gemm<T>(pr.products, false, false, rows, pr.Dv, cols, T(1), p, kBlockK, v + j0 * pr.v.seq, pr.v.seq, T(1),
-                acc.data(), pr.Dv);
+        for (int64_t g = 0; g < groups.count; ++g) {  // acc += P V over the group's columns (P = 0 elsewhere)
+          const RowGroup& x = groups.group[g];
+          if (x.c_hi > x.c_lo)
+            gemm<T>(pr.products, false, x.r1 - x.r0, pr.Dv, x.c_hi - x.c_lo, T(1), p + x.r0 * kBlockK + x.c_lo, kBlockK,
+                    v + (j0 + x.c_lo) * pr.v.seq, pr.v.seq, T(1), acc.data() + x.r0 * pr.Dv, pr.Dv);
+        }
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* orow = O + Problem<T>::at(pr.o, b, h, i0 + r);
@@ -297,30 +386,43 @@ struct BackwardTensors {
 // may be null), dk (cols x D) and dv (cols x Dv) (may be null).
 template <typename T>
 struct TileScratch {
-  std::vector<T> p, dp, pd;
+  std::vector<T> p, dp, pd, transposed_k, transposed_v;
   TileScratch() : p(kBlockQ * kBlockK), dp(kBlockQ * kBlockK), pd(kBlockQ * kBlockK) {}
 };
 
 template <typename T>
 void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh, int64_t i0, int64_t i1, int64_t j0,
                    int64_t j1, T* dq, T* dk, T* dv, TileScratch<T>& s) {
-  const int64_t b = bh / pr.H, h = bh % pr.H, rows = i1 - i0, cols = j1 - j0;
+  const int64_t b = bh / pr.H, h = bh % pr.H, cols = j1 - j0;
   const T scale = static_cast<T>(pr.a.scale);
   const bool dropout = pr.a.dropout_p > 0.0;
   const T* q = t.Q + Problem<T>::at(pr.q, b, h, i0);
   const T* k = t.K + Problem<T>::at(pr.k, b, h, j0);
   const T* v = t.V + Problem<T>::at(pr.v, b, h, j0);
   const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
-  // P = exp(scale q k^T (+ masks) - lse)
-  gemm<T>(pr.products, false, true, rows, cols, pr.D, scale, q, pr.q.seq, k, pr.k.seq, T(0), s.p.data(), kBlockK);
-  if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
-  for (int64_t r = 0; r < rows; ++r) {
-    T* prow = s.p.data() + r * kBlockK;
-    const T lse = t.LSE[bh * pr.T_ + i0 + r];
-    if (lse == -std::numeric_limits<T>::infinity()) {
-      for (int64_t c = 0; c < cols; ++c) prow[c] = T(0);
-    } else {
-      exp_shifted(prow, prow, cols, lse);
+  // P = exp(scale q k^T (+ masks) - lse), over each row group's columns (mask_tile sets every
+  // other score to -inf, so P is 0 there)
+  const bool masked = pr.tile_needs_mask(b, i0, i1, j0, j1);
+  const RowGroups groups = pr.row_groups(b, i0, i1, j0, j1);
+  const TransposedOperand<T> keys(pr.products, k, pr.k.seq, cols, pr.D, s.transposed_k);
+  for (int64_t g = 0; g < groups.count; ++g) {
+    const RowGroup& x = groups.group[g];
+    keys.product(x.r1 - x.r0, x.c_lo, x.c_hi, scale, q + x.r0 * pr.q.seq, pr.q.seq, T(0), s.p.data() + x.r0 * kBlockK,
+                 kBlockK);
+  }
+  if (masked) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
+  for (int64_t g = 0; g < groups.count; ++g) {
+    const RowGroup& x = groups.group[g];
+    for (int64_t r = x.r0; r < x.r1; ++r) {
+      T* prow = s.p.data() + r * kBlockK;
+      const T lse = t.LSE[bh * pr.T_ + i0 + r];
+      std::fill(prow, prow + x.c_lo, T(0));
+      std::fill(prow + x.c_hi, prow + cols, T(0));
+      if (lse == -std::numeric_limits<T>::infinity()) {
+        std::fill(prow + x.c_lo, prow + x.c_hi, T(0));
+      } else {
+        exp_shifted(prow + x.c_lo, prow + x.c_lo, x.c_hi - x.c_lo, lse);
+      }
     }
   }
   const T* p_used = s.p.data();
@@ -329,21 +431,54 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     pr.dropout_tile(s.pd.data(), kBlockK, b, h, i0, i1, j0, j1);
     p_used = s.pd.data();
   }
+  // The products over the tile's rows (dV, dK) run per block of kGroupRows keys in a masked tile,
+  // each over the rows that can see it (P and dS are 0 on the others); one block otherwise.
+  const int64_t key_step = masked ? kGroupRows : cols;
+  const auto for_key_blocks = [&](auto&& product) {
+    for (int64_t c0 = 0; c0 < cols; c0 += key_step) {
+      const int64_t c1 = std::min(cols, c0 + key_step);
+      int64_t r_lo, r_hi;
+      groups.rows_seeing(c0, c1, &r_lo, &r_hi);
+      if (r_hi > r_lo) product(c0, c1, r_lo, r_hi);
+    }
+  };
   if (dv)
-    gemm<T>(pr.products, true, false, cols, pr.Dv, rows, T(1), p_used, kBlockK, dout, pr.go.seq, T(1), dv, pr.gv.seq);
-  // dP = dO v^T (times the dropout mask), dS = P (dP - delta)
-  gemm<T>(pr.products, false, true, rows, cols, pr.Dv, T(1), dout, pr.go.seq, v, pr.v.seq, T(0), s.dp.data(), kBlockK);
+    for_key_blocks([&](int64_t c0, int64_t c1, int64_t r_lo, int64_t r_hi) {
+      gemm<T>(pr.products, true, c1 - c0, pr.Dv, r_hi - r_lo, T(1), p_used + r_lo * kBlockK + c0, kBlockK,
+              dout + r_lo * pr.go.seq, pr.go.seq, T(1), dv + c0 * pr.gv.seq, pr.gv.seq);
+    });
+  // dP = dO v^T over each row group's columns, 0 on the others (times the dropout mask),
+  // dS = P (dP - delta)
+  const TransposedOperand<T> values(pr.products, v, pr.v.seq, cols, pr.Dv, s.transposed_v);
+  for (int64_t g = 0; g < groups.count; ++g) {
+    const RowGroup& x = groups.group[g];
+    values.product(x.r1 - x.r0, x.c_lo, x.c_hi, T(1), dout + x.r0 * pr.go.seq, pr.go.seq, T(0),
+                   s.dp.data() + x.r0 * kBlockK, kBlockK);
+  }
   if (dropout) pr.dropout_tile(s.dp.data(), kBlockK, b, h, i0, i1, j0, j1);
-  for (int64_t r = 0; r < rows; ++r) {
-    const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
-    T* dprow = s.dp.data() + r * kBlockK;
-    const T* prow = s.p.data() + r * kBlockK;
-    for (int64_t c = 0; c < cols; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
+  for (int64_t g = 0; g < groups.count; ++g) {  // dS, and 0 outside the group's columns (as P is)
+    const RowGroup& x = groups.group[g];
+    for (int64_t r = x.r0; r < x.r1; ++r) {
+      const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
+      T* dprow = s.dp.data() + r * kBlockK;
+      const T* prow = s.p.data() + r * kBlockK;
+      std::fill(dprow, dprow + x.c_lo, T(0));
+      for (int64_t c = x.c_lo; c < x.c_hi; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
+      std::fill(dprow + x.c_hi, dprow + cols, T(0));
+    }
   }
   if (dq)
-    gemm<T>(pr.products, false, false, rows, pr.D, cols, scale, s.dp.data(), kBlockK, k, pr.k.seq, T(1), dq, pr.gq.seq);
+    for (int64_t g = 0; g < groups.count; ++g) {  // dQ += scale dS k over the group's columns
+      const RowGroup& x = groups.group[g];
+      if (x.c_hi > x.c_lo)
+        gemm<T>(pr.products, false, x.r1 - x.r0, pr.D, x.c_hi - x.c_lo, scale, s.dp.data() + x.r0 * kBlockK + x.c_lo,
+                kBlockK, k + x.c_lo * pr.k.seq, pr.k.seq, T(1), dq + x.r0 * pr.gq.seq, pr.gq.seq);
+    }
   if (dk)
-    gemm<T>(pr.products, true, false, cols, pr.D, rows, scale, s.dp.data(), kBlockK, q, pr.q.seq, T(1), dk, pr.gk.seq);
+    for_key_blocks([&](int64_t c0, int64_t c1, int64_t r_lo, int64_t r_hi) {
+      gemm<T>(pr.products, true, c1 - c0, pr.D, r_hi - r_lo, scale, s.dp.data() + r_lo * kBlockK + c0, kBlockK,
+              q + r_lo * pr.q.seq, pr.q.seq, T(1), dk + c0 * pr.gk.seq, pr.gk.seq);
+    });
 }
 
 template <typename T>
