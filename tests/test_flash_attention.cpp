@@ -95,6 +95,24 @@ std::vector<Case> cases() {
   out.push_back({"causal, 8 pairs, T not a multiple of 32", 2, 4, 100, 100, 16, 16, causal, 0.0});
   out.push_back({"window + causal, 8 pairs", 2, 4, 150, 150, 8, 8, window, 0.0});
   out.push_back({"dropout + window, 8 pairs", 2, 4, 100, 100, 8, 8, window_only, 0.2});
+  // Groups with no visible column and fully masked rows under dropout; a window with T > S
+  // (negative shift: the top rows see nothing); a one-row last group in a window tile.
+  out.push_back({"dropout + causal, T > S", 1, 2, 130, 70, 8, 8, causal, 0.2});
+  out.push_back({"window, T > S", 1, 2, 130, 70, 8, 8, window_only, 0.0});
+  out.push_back({"window + causal, T = 97", 1, 2, 97, 97, 8, 8, window, 0.0});
+  // Key lengths with T < S in the one-pass backward (groups cut by the length, not the diagonal).
+  F::AttentionMask causal_lengths;
+  causal_lengths.causal = true;
+  causal_lengths.key_lengths = tensor({100, 40}, kInt64);
+  out.push_back({"causal + key lengths, 8 pairs, T < S", 2, 4, 70, 100, 8, 8, causal_lengths, 0.0});
+  // A boolean mask over several query blocks with causal (the groups' ranges and the element
+  // masks together), some of its rows all false (lse = -inf inside a group), with dropout.
+  F::AttentionMask keep_causal;
+  keep_causal.causal = true;
+  Tensor keep_rows = gt(rand({2, 1, 100, 130}), scalar_tensor(0.2));
+  keep_rows = mul(keep_rows.to(kFloat64), gt(rand({2, 1, 100, 1}), scalar_tensor(0.1)).to(kFloat64));
+  keep_causal.keep = gt(keep_rows, scalar_tensor(0.5));
+  out.push_back({"keep + causal, T = 100, S = 130, dropout", 2, 2, 100, 130, 8, 8, keep_causal, 0.1});
   return out;
 }
 

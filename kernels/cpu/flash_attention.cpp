@@ -9,8 +9,9 @@
 // Backward recomputes P = exp(S - lse) block by block: dV += P^T dO, dP = dO V^T,
 // dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q.
 // Invariants:
-//  * Blocks that causal/window/key-length masks exclude entirely are skipped; inside a masked
-//    block, each group of 32 query rows skips the key columns none of its rows sees (RowGroups).
+//  * Blocks that causal/window/key-length masks exclude entirely are skipped; inside a block,
+//    each group of 32 query rows skips the key columns those masks hide from all its rows
+//    (RowGroups; the keep and additive masks are applied element by element).
 //  * A fully masked row has l = 0: output 0, lse = -inf, zero gradients.
 //  * Work is split by problem shape only (never by thread count), and every accumulation
 //    runs in a fixed order, so results are identical for any number of threads:
@@ -135,14 +136,17 @@ class TransposedOperand {
 };
 
 // Row groups of one (query block, key block) tile: rows [r0, r1) of the tile see at most its
-// columns [c_lo, c_hi) (all relative to the tile). An unmasked tile is one group with every
-// column; a masked one is split into groups of kGroupRows rows, each with the columns its rows
-// can see at all, so the diagonal tiles of causal attention skip the products above the
-// diagonal (at T = 128 that is a sixth of attention's work). Skipped products are exactly the
-// ones whose probabilities are 0: the sums only lose terms that add zero, so causal tiles (every
-// group starting at column 0) give the same bits as the whole tile did; a group that starts past
-// column 0 (a window) sums its exponentials in other lanes (the same accuracy, other roundings).
-// Groups depend on the problem's shape only, never on the thread count.
+// columns [c_lo, c_hi) (all relative to the tile). A tile is one group with every column unless
+// the causal, window or key-length masks hide some columns from some of its rows; then it is
+// split into groups of kGroupRows rows, each with the columns key_range gives its rows, so the
+// causal diagonal tiles skip the 32 x 32 block above their two-step staircase (at T = 128 a
+// sixth of attention's work). Skipped products are exactly the ones whose probabilities are 0:
+// the products' sums only lose terms that add +-0 (each element accumulates from +0 with fused
+// multiply-adds). The softmax sums see the same values, in the same lanes where every group's
+// c_lo is 0 and its c_hi a multiple of 8 or the whole tile (the causal tiles at T = S = 64, 128,
+// ...: the same bits as before groups); elsewhere (windows, ragged lengths) they add them in
+// other lanes: the same accuracy, other roundings. Groups depend on the problem's shape and
+// key lengths only, never on the thread count.
 constexpr int64_t kGroupRows = 32;
 struct RowGroup {
   int64_t r0, r1, c_lo, c_hi;
@@ -234,12 +238,18 @@ struct Problem {
       out.group[out.count++] = {0, i1 - i0, 0, j1 - j0};
       return out;
     }
+    bool every_column = true;
     for (int64_t r0 = 0; r0 < i1 - i0; r0 += kGroupRows) {
       const int64_t r1 = std::min(i1 - i0, r0 + kGroupRows);
       int64_t lo, hi;
       key_range(b, i0 + r0, i0 + r1, &lo, &hi);
-      const int64_t c_lo = std::clamp(lo, j0, j1) - j0, c_hi = std::clamp(hi, j0, j1) - j0;
-      out.group[out.count++] = {r0, r1, c_lo, std::max(c_lo, c_hi)};
+      const int64_t c_lo = std::clamp(lo, j0, j1) - j0, c_hi = std::max(c_lo, std::clamp(hi, j0, j1) - j0);
+      out.group[out.count++] = {r0, r1, c_lo, c_hi};
+      every_column = every_column && c_lo == 0 && c_hi == j1 - j0;
+    }
+    if (every_column) {  // masked element by element only (keep, additive): one group
+      out.count = 1;
+      out.group[0] = {0, i1 - i0, 0, j1 - j0};
     }
     return out;
   }
@@ -335,6 +345,7 @@ void forward_typed(const FlashAttentionArgs& args) {
         for (int64_t g = 0; g < groups.count; ++g) {  // P over the group's columns (the others are never read)
           const RowGroup& x = groups.group[g];
           const int64_t width = x.c_hi - x.c_lo;
+          if (width == 0) continue;  // no column visible to these rows: m, l and acc unchanged
           for (int64_t r = x.r0; r < x.r1; ++r) {
             T* srow = s_tile.data() + r * kBlockK + x.c_lo;
             const T new_max = std::max(m[r], row_max(srow, width));
@@ -400,8 +411,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   const T* k = t.K + Problem<T>::at(pr.k, b, h, j0);
   const T* v = t.V + Problem<T>::at(pr.v, b, h, j0);
   const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
-  // P = exp(scale q k^T (+ masks) - lse), over each row group's columns (mask_tile sets every
-  // other score to -inf, so P is 0 there)
+  // P = exp(scale q k^T (+ masks) - lse) over each row group's columns, 0 on the others
   const bool masked = pr.tile_needs_mask(b, i0, i1, j0, j1);
   const RowGroups groups = pr.row_groups(b, i0, i1, j0, j1);
   const TransposedOperand<T> keys(pr.products, k, pr.k.seq, cols, pr.D, s.transposed_k);
@@ -431,9 +441,10 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     pr.dropout_tile(s.pd.data(), kBlockK, b, h, i0, i1, j0, j1);
     p_used = s.pd.data();
   }
-  // The products over the tile's rows (dV, dK) run per block of kGroupRows keys in a masked tile,
-  // each over the rows that can see it (P and dS are 0 on the others); one block otherwise.
-  const int64_t key_step = masked ? kGroupRows : cols;
+  // The products over the tile's rows (dV, dK) run per block of kGroupRows keys when the tile has
+  // several row groups, each over the rows that can see it (P and dS are 0 on the others); one
+  // block otherwise.
+  const int64_t key_step = groups.count > 1 ? kGroupRows : cols;
   const auto for_key_blocks = [&](auto&& product) {
     for (int64_t c0 = 0; c0 < cols; c0 += key_step) {
       const int64_t c1 = std::min(cols, c0 + key_step);
