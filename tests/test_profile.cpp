@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -162,9 +163,19 @@ TEST_CASE("profiler: every kernel of a training step runs inside an op or a back
   CHECK(profiler.covered_ms() <= profiler.wall_ms());
   // The spans cover most of a step. heed-bench --profile reports the figure on real shapes
   // (97-99%); this tiny model spends relatively more time in module code between ops, and
-  // sanitizer builds slow that code most, so the floor here is generous.
-  MESSAGE("coverage of a tiny LM step: ", profiler.coverage());
-  CHECK(profiler.coverage() > 0.6);
+  // sanitizer builds slow that code most, so the floor here is generous. Coverage is a ratio of
+  // times: a thread preempted between two ops (ctest -j2 beside a compile once read below the
+  // floor) counts as uncovered, so the best of up to three profiled runs is checked; spans
+  // missing from the profile would fail every run.
+  double best_coverage = profiler.coverage();
+  for (int attempt = 1; attempt < 3 && best_coverage <= 0.6; ++attempt) {
+    profile::Profiler again;
+    for (int i = 0; i < 3; ++i) lm.step();
+    again.stop();
+    best_coverage = std::max(best_coverage, again.coverage());
+  }
+  MESSAGE("coverage of a tiny LM step (best of up to three runs): ", best_coverage);
+  CHECK(best_coverage > 0.6);
   const std::string table = profiler.table(100);  // every row: which rows lead depends on timing
   CHECK(table.find("gemm") != std::string::npos);
   CHECK(table.find("GFLOP/s") != std::string::npos);
