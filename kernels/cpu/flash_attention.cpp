@@ -154,17 +154,27 @@ struct RowGroup {
 struct RowGroups {
   RowGroup group[kBlockQ / kGroupRows];
   int64_t count = 0;
+  bool masked = false;  // whether mask_tile must run on the tile (Problem::tile_needs_mask)
+  const RowGroup* begin() const { return group; }
+  const RowGroup* end() const { return group + count; }
   // The rows [r_lo, r_hi) whose groups can see any of the columns [c0, c1) (r_lo == r_hi: none).
   void rows_seeing(int64_t c0, int64_t c1, int64_t* r_lo, int64_t* r_hi) const {
     *r_lo = *r_hi = 0;
-    for (int64_t g = 0; g < count; ++g) {
-      const RowGroup& x = group[g];
+    for (const RowGroup& x : *this) {
       if (x.c_lo >= c1 || x.c_hi <= c0 || x.c_hi <= x.c_lo) continue;
       if (*r_lo == *r_hi) *r_lo = x.r0;
       *r_hi = x.r1;
     }
   }
 };
+
+// For each row group: tile[r0:r1, c_lo:c_hi] = alpha A[r0:r1, :] B[c_lo:c_hi, :]^T, A's rows lda
+// apart, the tile kBlockK wide (its other columns are left as they are).
+template <typename T>
+void group_products(const RowGroups& groups, const TransposedOperand<T>& b, T alpha, const T* a, int64_t lda, T* tile) {
+  for (const RowGroup& x : groups)
+    b.product(x.r1 - x.r0, x.c_lo, x.c_hi, alpha, a + x.r0 * lda, lda, T(0), tile + x.r0 * kBlockK, kBlockK);
+}
 
 int64_t view_offset(const StridedView& v, int64_t b, int64_t h, int64_t i, int64_t j) {
   return b * v.strides[0] + h * v.strides[1] + i * v.strides[2] + j * v.strides[3];
@@ -234,7 +244,8 @@ struct Problem {
   // mask applies inside it, else groups of kGroupRows rows with the columns key_range gives them.
   RowGroups row_groups(int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     RowGroups out;
-    if (!tile_needs_mask(b, i0, i1, j0, j1)) {
+    out.masked = tile_needs_mask(b, i0, i1, j0, j1);
+    if (!out.masked) {
       out.group[out.count++] = {0, i1 - i0, 0, j1 - j0};
       return out;
     }
@@ -336,14 +347,9 @@ void forward_typed(const FlashAttentionArgs& args) {
         // S = scale q k^T for each row group's columns; mask_tile sets every other score to -inf.
         const RowGroups groups = pr.row_groups(b, i0, i1, j0, j1);
         const TransposedOperand<T> keys(pr.products, k + j0 * pr.k.seq, pr.k.seq, cols, pr.D, b_transposed);
-        for (int64_t g = 0; g < groups.count; ++g) {
-          const RowGroup& x = groups.group[g];
-          keys.product(x.r1 - x.r0, x.c_lo, x.c_hi, scale, q + x.r0 * pr.q.seq, pr.q.seq, T(0),
-                       s_tile.data() + x.r0 * kBlockK, kBlockK);
-        }
-        if (pr.tile_needs_mask(b, i0, i1, j0, j1)) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
-        for (int64_t g = 0; g < groups.count; ++g) {  // P over the group's columns (the others are never read)
-          const RowGroup& x = groups.group[g];
+        group_products(groups, keys, scale, q, pr.q.seq, s_tile.data());
+        if (groups.masked) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
+        for (const RowGroup& x : groups) {  // P over the group's columns (the others are never read)
           const int64_t width = x.c_hi - x.c_lo;
           if (width == 0) continue;  // no column visible to these rows: m, l and acc unchanged
           for (int64_t r = x.r0; r < x.r1; ++r) {
@@ -368,8 +374,7 @@ void forward_typed(const FlashAttentionArgs& args) {
           pr.dropout_tile(p_drop.data(), kBlockK, b, h, i0, i1, j0, j1);
           p = p_drop.data();
         }
-        for (int64_t g = 0; g < groups.count; ++g) {  // acc += P V over the group's columns (P = 0 elsewhere)
-          const RowGroup& x = groups.group[g];
+        for (const RowGroup& x : groups) {  // acc += P V over the group's columns (P = 0 elsewhere)
           if (x.c_hi > x.c_lo)
             gemm<T>(pr.products, false, x.r1 - x.r0, pr.Dv, x.c_hi - x.c_lo, T(1), p + x.r0 * kBlockK + x.c_lo, kBlockK,
                     v + (j0 + x.c_lo) * pr.v.seq, pr.v.seq, T(1), acc.data() + x.r0 * pr.Dv, pr.Dv);
@@ -412,17 +417,11 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   const T* v = t.V + Problem<T>::at(pr.v, b, h, j0);
   const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
   // P = exp(scale q k^T (+ masks) - lse) over each row group's columns, 0 on the others
-  const bool masked = pr.tile_needs_mask(b, i0, i1, j0, j1);
   const RowGroups groups = pr.row_groups(b, i0, i1, j0, j1);
   const TransposedOperand<T> keys(pr.products, k, pr.k.seq, cols, pr.D, s.transposed_k);
-  for (int64_t g = 0; g < groups.count; ++g) {
-    const RowGroup& x = groups.group[g];
-    keys.product(x.r1 - x.r0, x.c_lo, x.c_hi, scale, q + x.r0 * pr.q.seq, pr.q.seq, T(0), s.p.data() + x.r0 * kBlockK,
-                 kBlockK);
-  }
-  if (masked) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
-  for (int64_t g = 0; g < groups.count; ++g) {
-    const RowGroup& x = groups.group[g];
+  group_products(groups, keys, scale, q, pr.q.seq, s.p.data());
+  if (groups.masked) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
+  for (const RowGroup& x : groups) {
     for (int64_t r = x.r0; r < x.r1; ++r) {
       T* prow = s.p.data() + r * kBlockK;
       const T lse = t.LSE[bh * pr.T_ + i0 + r];
@@ -461,14 +460,9 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   // dP = dO v^T over each row group's columns, 0 on the others (times the dropout mask),
   // dS = P (dP - delta)
   const TransposedOperand<T> values(pr.products, v, pr.v.seq, cols, pr.Dv, s.transposed_v);
-  for (int64_t g = 0; g < groups.count; ++g) {
-    const RowGroup& x = groups.group[g];
-    values.product(x.r1 - x.r0, x.c_lo, x.c_hi, T(1), dout + x.r0 * pr.go.seq, pr.go.seq, T(0),
-                   s.dp.data() + x.r0 * kBlockK, kBlockK);
-  }
+  group_products(groups, values, T(1), dout, pr.go.seq, s.dp.data());
   if (dropout) pr.dropout_tile(s.dp.data(), kBlockK, b, h, i0, i1, j0, j1);
-  for (int64_t g = 0; g < groups.count; ++g) {  // dS, and 0 outside the group's columns (as P is)
-    const RowGroup& x = groups.group[g];
+  for (const RowGroup& x : groups) {  // dS, and 0 outside the group's columns (as P is)
     for (int64_t r = x.r0; r < x.r1; ++r) {
       const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
       T* dprow = s.dp.data() + r * kBlockK;
@@ -479,8 +473,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     }
   }
   if (dq)
-    for (int64_t g = 0; g < groups.count; ++g) {  // dQ += scale dS k over the group's columns
-      const RowGroup& x = groups.group[g];
+    for (const RowGroup& x : groups) {  // dQ += scale dS k over the group's columns
       if (x.c_hi > x.c_lo)
         gemm<T>(pr.products, false, x.r1 - x.r0, pr.D, x.c_hi - x.c_lo, scale, s.dp.data() + x.r0 * kBlockK + x.c_lo,
                 kBlockK, k + x.c_lo * pr.k.seq, pr.k.seq, T(1), dq + x.r0 * pr.gq.seq, pr.gq.seq);
