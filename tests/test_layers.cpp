@@ -295,6 +295,30 @@ TEST_CASE("F::layer_norm: without affine, weight only, float32 and mixed dtypes"
     check_close(F::layer_norm(stored.t(), to_tensor(w, {6})), ref::layer_norm(rows, 6, w, {}, 1e-5), 1e-10, 1e-10,
                 "forward");
   }
+  SUBCASE("float32 rows normalised four at a time match each row alone, bit for bit") {
+    // The kernel takes float rows' statistics four at a time (row_stats_rows) and the rest one at
+    // a time; widths with and without a tail past a multiple of eight, rows 9 = 4 + 4 + 1. The
+    // statistics are double and the outputs float, so this catches a row given another row's data,
+    // statistics or tail (tried: one row's mean used for all four fails it), not a last-bit
+    // difference in the double sums, which rounding to float hides.
+    for (int cols : {6, 8, 19, 256}) {
+      CAPTURE(cols);
+      Values big = ref::random_values(static_cast<size_t>(9 * cols), 34);
+      for (double& v : big) v = 3.0 * v + 7.0;  // an offset the centred second pass must handle
+      const Tensor xt = to_tensor(big, {9, cols}, kFloat32),
+                   wt = to_tensor(ref::random_values(cols, 35), {cols}, kFloat32);
+      const Tensor bt = to_tensor(ref::random_values(cols, 36), {cols}, kFloat32);
+      const Tensor all = F::layer_norm(xt, wt, bt).contiguous();
+      for (int r = 0; r < 9; ++r) {
+        const Tensor alone = F::layer_norm(xt.slice(0, r, r + 1).contiguous(), wt, bt).contiguous();
+        const float* a = all.data_ptr<float>() + r * cols;
+        const float* b = alone.data_ptr<float>();
+        int differing = 0;
+        for (int c = 0; c < cols; ++c) differing += a[c] != b[c];
+        CHECK_MESSAGE(differing == 0, "row ", r);
+      }
+    }
+  }
   SUBCASE("constant rows: zero variance gives finite output") {
     Tensor xt = leaf(Values(12, 3.0), {2, 6});
     Tensor y = F::layer_norm(xt);

@@ -2,7 +2,8 @@
 //
 // Invariants: statistics are computed in double per row (two passes: mean, then centred
 // sum of squares, so large offsets do not cancel), each sum over eight interleaved lanes added
-// in a fixed tree (lane_sum: vectorised, and the order depends on the width only); rows are
+// in a fixed tree (lane_sum: vectorised, and the order depends on the width only; float rows
+// four at a time with the same bits, row_stats_rows); rows are
 // independent in forward and in
 // dx; dweight/dbias are summed over fixed blocks of rows whose partials are added in block
 // order, so every result is independent of the thread count.
@@ -18,6 +19,7 @@ namespace heed::kernels::cpu {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
+constexpr int kStatRows = 4;  // float rows whose statistics are computed together (row_stats_rows)
 // y = xhat (* w) (+ b) over one row; the affine choices are template parameters so the loop
 // has no branches.
 template <typename T, bool kWeight, bool kBias>
@@ -26,28 +28,110 @@ void normalize_row(const T* __restrict xr, const T* __restrict w, const T* __res
   using C = compute_t<T>;
   for (int64_t c = 0; c < cols; ++c) {
     C v = (load(xr + c) - m) * s;
-    if constexpr (kWeight) v = v * load(w + c);
-    if constexpr (kBias) v = v + load(b + c);
+    if constexpr (kWeight && kBias)
+      v = std::fma(v, load(w + c), load(b + c));  // one rounding, whatever the compiler contracts
+    else if constexpr (kWeight)
+      v = v * load(w + c);
+    else if constexpr (kBias)
+      v = v + load(b + c);
     store(yr + c, v);
   }
 }
+
+// The mean and 1 / sqrt(variance + eps) of one row, in double: the mean is lane_sum's, the
+// centred sum of squares accumulates acc = fma(d, d, acc) per lane in lane_sum's lane order.
+template <typename T>
+void row_stats(const T* xr, int64_t cols, double eps, double* mean_out, double* rstd_out) {
+  const double mean =
+      lane_sum(cols, [&](int64_t c) { return static_cast<double>(load(xr + c)); }) / static_cast<double>(cols);
+  double acc[kSumLanes] = {};
+  int64_t c = 0;
+  for (; c + kSumLanes <= cols; c += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) {
+      const double d = static_cast<double>(load(xr + c + k)) - mean;
+      acc[k] = std::fma(d, d, acc[k]);
+    }
+  for (; c < cols; ++c) {
+    const double d = static_cast<double>(load(xr + c)) - mean;
+    acc[0] = std::fma(d, d, acc[0]);
+  }
+  *mean_out = mean;
+  *rstd_out = 1.0 / std::sqrt(lane_tree(acc) / static_cast<double>(cols) + eps);
+}
+
+#if HEED_HAVE_AVX2
+// row_stats of kStatRows float rows (cols apart) at once, each row with exactly row_stats' bits
+// (its lane k is element k % 4 of ymm half k / 4, the tail goes to lane 0 after the vectors, the
+// same tree). Why: one row's sums are chains of cols / 8 dependent adds, which left the core
+// waiting on their latency; four rows' chains interleave.
+void row_stats_rows(const float* x, int64_t cols, double eps, double* mean_out, double* rstd_out) {
+  __m256d lo[kStatRows], hi[kStatRows];
+  double mean[kStatRows];
+  const int64_t vec_end = cols - cols % kSumLanes;
+  for (int r = 0; r < kStatRows; ++r) lo[r] = hi[r] = _mm256_setzero_pd();
+  for (int64_t c = 0; c < vec_end; c += kSumLanes)
+    for (int r = 0; r < kStatRows; ++r) {
+      const __m256 v = _mm256_loadu_ps(x + r * cols + c);
+      lo[r] = _mm256_add_pd(lo[r], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+      hi[r] = _mm256_add_pd(hi[r], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+  for (int r = 0; r < kStatRows; ++r) {
+    double lanes[kSumLanes];
+    _mm256_storeu_pd(lanes, lo[r]);
+    _mm256_storeu_pd(lanes + 4, hi[r]);
+    for (int64_t c = vec_end; c < cols; ++c) lanes[0] += static_cast<double>(x[r * cols + c]);
+    mean[r] = lane_tree(lanes) / static_cast<double>(cols);
+    lo[r] = hi[r] = _mm256_setzero_pd();
+  }
+  for (int64_t c = 0; c < vec_end; c += kSumLanes)
+    for (int r = 0; r < kStatRows; ++r) {
+      const __m256 v = _mm256_loadu_ps(x + r * cols + c);
+      const __m256d m = _mm256_set1_pd(mean[r]);
+      const __m256d d_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m);
+      const __m256d d_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m);
+      lo[r] = _mm256_fmadd_pd(d_lo, d_lo, lo[r]);
+      hi[r] = _mm256_fmadd_pd(d_hi, d_hi, hi[r]);
+    }
+  for (int r = 0; r < kStatRows; ++r) {
+    double lanes[kSumLanes];
+    _mm256_storeu_pd(lanes, lo[r]);
+    _mm256_storeu_pd(lanes + 4, hi[r]);
+    for (int64_t c = vec_end; c < cols; ++c) {
+      const double d = static_cast<double>(x[r * cols + c]) - mean[r];
+      lanes[0] = std::fma(d, d, lanes[0]);
+    }
+    mean_out[r] = mean[r];
+    rstd_out[r] = 1.0 / std::sqrt(lane_tree(lanes) / static_cast<double>(cols) + eps);
+  }
+}
+#endif
 
 template <typename T>
 void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t cols, double eps, T* y,
                    compute_t<T>* mean_out, compute_t<T>* rstd_out) {
   using C = compute_t<T>;
   parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1)), [&](int64_t begin, int64_t end) {
+    double means[kStatRows], rstds[kStatRows];
+    int64_t stats_begin = begin, stats_end = begin;  // rows whose statistics are in means / rstds
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * cols;
       T* yr = y + r * cols;
-      const double mean =
-          lane_sum(cols, [&](int64_t c) { return static_cast<double>(load(xr + c)); }) / static_cast<double>(cols);
-      const double ss = lane_sum(cols, [&](int64_t c) {
-        const double d = static_cast<double>(load(xr + c)) - mean;
-        return d * d;
-      });
-      const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
-      const C m = static_cast<C>(mean), s = static_cast<C>(rstd);
+      if (r == stats_end) {
+        stats_begin = r;
+#if HEED_HAVE_AVX2
+        if constexpr (std::is_same_v<T, float>) {
+          if (r + kStatRows <= end) {
+            row_stats_rows(xr, cols, eps, means, rstds);
+            stats_end = r + kStatRows;
+          }
+        }
+#endif
+        if (stats_end == r) {
+          row_stats(xr, cols, eps, means, rstds);
+          stats_end = r + 1;
+        }
+      }
+      const C m = static_cast<C>(means[r - stats_begin]), s = static_cast<C>(rstds[r - stats_begin]);
       mean_out[r] = m;
       rstd_out[r] = s;
       if (w && b)
