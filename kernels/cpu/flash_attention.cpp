@@ -20,8 +20,10 @@
 //  * Dropout masks come from philox_uniform at the element's (b, h, i, j) index, so the
 //    composed path with F::dropout draws the same mask.
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -174,6 +176,20 @@ template <typename T>
 void group_products(const RowGroups& groups, const TransposedOperand<T>& b, T alpha, const T* a, int64_t lda, T* tile) {
   for (const RowGroup& x : groups)
     b.product(x.r1 - x.r0, x.c_lo, x.c_hi, alpha, a + x.r0 * lda, lda, T(0), tile + x.r0 * kBlockK, kBlockK);
+}
+
+// sum_c a[c] * b[c] over kDotLanes running sums (lane k takes c = k mod kDotLanes, the tail goes
+// to lane 0), each acc = fma(a, b, acc), added in a fixed tree: it vectorises, where one running
+// sum was a chain of n dependent adds (backward's rowsum(dO * O) waited on their latency).
+constexpr int kDotLanes = 8;
+template <typename T>
+T dot_in_lanes(const T* a, const T* b, int64_t n) {
+  T acc[kDotLanes] = {};
+  int64_t c = 0;
+  for (; c + kDotLanes <= n; c += kDotLanes)
+    for (int k = 0; k < kDotLanes; ++k) acc[k] = std::fma(a[c + k], b[c + k], acc[k]);
+  for (; c < n; ++c) acc[0] = std::fma(a[c], b[c], acc[0]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 int64_t view_offset(const StridedView& v, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -398,28 +414,41 @@ struct BackwardTensors {
   std::vector<T> delta;  // rowsum(dO * O), (B*H*T)
 };
 
-// One (query block, key block) tile of the backward pass. Accumulates into dq (rows x D,
-// may be null), dk (cols x D) and dv (cols x Dv) (may be null).
+// Scratch of one thread's backward tiles: P, dP / dS, P after dropout, and the transposed key and
+// value blocks (TransposedOperand).
 template <typename T>
 struct TileScratch {
   std::vector<T> p, dp, pd, transposed_k, transposed_v;
   TileScratch() : p(kBlockQ * kBlockK), dp(kBlockQ * kBlockK), pd(kBlockQ * kBlockK) {}
 };
 
+// The key and value blocks [j0, j1) of pair bh as TransposedOperands, in s's scratch: made once per
+// key block and used by every query block's tile (backward_tile) while s holds them.
+template <typename T>
+struct KeyValueBlock {
+  TransposedOperand<T> keys, values;
+  KeyValueBlock(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh, int64_t j0, int64_t j1,
+                TileScratch<T>& s)
+      : keys(pr.products, t.K + Problem<T>::at(pr.k, bh / pr.H, bh % pr.H, j0), pr.k.seq, j1 - j0, pr.D,
+             s.transposed_k),
+        values(pr.products, t.V + Problem<T>::at(pr.v, bh / pr.H, bh % pr.H, j0), pr.v.seq, j1 - j0, pr.Dv,
+               s.transposed_v) {}
+};
+
+// One (query block, key block) tile of the backward pass, kv being key block [j0, j1). Accumulates
+// into dq (rows x D, may be null), dk (cols x D) and dv (cols x Dv) (may be null).
 template <typename T>
 void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh, int64_t i0, int64_t i1, int64_t j0,
-                   int64_t j1, T* dq, T* dk, T* dv, TileScratch<T>& s) {
+                   int64_t j1, const KeyValueBlock<T>& kv, T* dq, T* dk, T* dv, TileScratch<T>& s) {
   const int64_t b = bh / pr.H, h = bh % pr.H, cols = j1 - j0;
   const T scale = static_cast<T>(pr.a.scale);
   const bool dropout = pr.a.dropout_p > 0.0;
   const T* q = t.Q + Problem<T>::at(pr.q, b, h, i0);
   const T* k = t.K + Problem<T>::at(pr.k, b, h, j0);
-  const T* v = t.V + Problem<T>::at(pr.v, b, h, j0);
   const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
   // P = exp(scale q k^T (+ masks) - lse) over each row group's columns, 0 on the others
   const RowGroups groups = pr.row_groups(b, i0, i1, j0, j1);
-  const TransposedOperand<T> keys(pr.products, k, pr.k.seq, cols, pr.D, s.transposed_k);
-  group_products(groups, keys, scale, q, pr.q.seq, s.p.data());
+  group_products(groups, kv.keys, scale, q, pr.q.seq, s.p.data());
   if (groups.masked) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (const RowGroup& x : groups) {
     for (int64_t r = x.r0; r < x.r1; ++r) {
@@ -459,8 +488,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     });
   // dP = dO v^T over each row group's columns, 0 on the others (times the dropout mask),
   // dS = P (dP - delta)
-  const TransposedOperand<T> values(pr.products, v, pr.v.seq, cols, pr.Dv, s.transposed_v);
-  group_products(groups, values, T(1), dout, pr.go.seq, s.dp.data());
+  group_products(groups, kv.values, T(1), dout, pr.go.seq, s.dp.data());
   if (dropout) pr.dropout_tile(s.dp.data(), kBlockK, b, h, i0, i1, j0, j1);
   for (const RowGroup& x : groups) {  // dS, and 0 outside the group's columns (as P is)
     for (int64_t r = x.r0; r < x.r1; ++r) {
@@ -500,9 +528,7 @@ void backward_typed(const FlashAttentionArgs& args) {
       const int64_t bh = row / pr.T_, i = row % pr.T_;
       const T* o = t.O + Problem<T>::at(pr.o, bh / pr.H, bh % pr.H, i);
       const T* g = t.dO + Problem<T>::at(pr.go, bh / pr.H, bh % pr.H, i);
-      T sum = 0;
-      for (int64_t c = 0; c < pr.Dv; ++c) sum += o[c] * g[c];
-      t.delta[static_cast<size_t>(row)] = sum;
+      t.delta[static_cast<size_t>(row)] = dot_in_lanes(o, g, pr.Dv);
     }
   });
   // Zero the gradient rows (the buffers may be strided views of a larger tensor).
@@ -537,10 +563,12 @@ void backward_typed(const FlashAttentionArgs& args) {
         const int64_t b = bh / pr.H;
         for (int64_t kb = 0; kb < k_blocks; ++kb) {
           const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+          std::optional<KeyValueBlock<T>> kv;  // transposed at the block's first visit
           for (int64_t qb = 0; qb < q_blocks; ++qb) {
             if (!visits(b, qb, kb)) continue;
+            if (!kv) kv.emplace(pr, t, bh, j0, j1, scratch);
             const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
-            backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0),
+            backward_tile(pr, t, bh, i0, i1, j0, j1, *kv, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0),
                           t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0),
                           t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0), scratch);
           }
@@ -555,10 +583,12 @@ void backward_typed(const FlashAttentionArgs& args) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / k_blocks, kb = task % k_blocks, b = bh / pr.H;
       const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+      std::optional<KeyValueBlock<T>> kv;
       for (int64_t qb = 0; qb < q_blocks; ++qb) {
         if (!visits(b, qb, kb)) continue;
+        if (!kv) kv.emplace(pr, t, bh, j0, j1, scratch);
         const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
-        backward_tile(pr, t, bh, i0, i1, j0, j1, static_cast<T*>(nullptr),
+        backward_tile(pr, t, bh, i0, i1, j0, j1, *kv, static_cast<T*>(nullptr),
                       t.dK + Problem<T>::at(pr.gk, b, bh % pr.H, j0), t.dV + Problem<T>::at(pr.gv, b, bh % pr.H, j0),
                       scratch);
       }
@@ -572,7 +602,8 @@ void backward_typed(const FlashAttentionArgs& args) {
       for (int64_t kb = 0; kb < k_blocks; ++kb) {
         if (!visits(b, qb, kb)) continue;
         const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
-        backward_tile(pr, t, bh, i0, i1, j0, j1, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0),
+        const KeyValueBlock<T> kv(pr, t, bh, j0, j1, scratch);
+        backward_tile(pr, t, bh, i0, i1, j0, j1, kv, t.dQ + Problem<T>::at(pr.gq, b, bh % pr.H, i0),
                       static_cast<T*>(nullptr), static_cast<T*>(nullptr), scratch);
       }
     }
