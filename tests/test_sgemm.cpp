@@ -73,9 +73,10 @@ TEST_CASE("heed_sgemm: every kernel against float64 (transposes, ragged sizes, K
   // (m, n, k): one element; smaller than one tile; ragged against both tiles (14 x 32, 6 x 16);
   // k over three KC = 256 slices with the last one short; m over two or three MC blocks (168
   // rows for the AVX-512 kernel, 72 for the AVX2 one); n over two NC = 4096-column blocks; B read
-  // in place (at most two MC blocks of rows) and packed (400 rows).
-  const int64_t sizes[][3] = {{1, 1, 1},     {5, 9, 3},     {37, 70, 33},   {29, 45, 600},
-                              {200, 40, 17}, {15, 33, 257}, {3, 4200, 300}, {400, 70, 300}};
+  // in place (at most two MC blocks of rows) and packed (400 rows); A^T read in place by the
+  // AVX-512 kernel except beside B read in place with rows 2 KiB apart (n = 512).
+  const int64_t sizes[][3] = {{1, 1, 1},     {5, 9, 3},      {37, 70, 33},   {29, 45, 600}, {200, 40, 17},
+                              {15, 33, 257}, {3, 4200, 300}, {400, 70, 300}, {45, 512, 300}};
   for (SgemmKernel kernel : here)
     for (const auto& size : sizes)
       for (bool ta : {false, true})
@@ -299,21 +300,25 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "CPU gemm row-sum epilogue: heed's kernels sum op(A) = A^T while packing it, the same bits as the separate pass") {
+    "CPU gemm row-sum epilogue: heed's kernels sum op(A) = A^T while packing or reading it, the same bits as the "
+    "separate pass") {
   KeepCpuGemm keep;
   // The weight-gradient shape: op(A) = A^T with A (k, m), k = 600 over three KC slices. m = 389
-  // leaves a partial panel for both kernels (14- and 6-row); n = 128 splits C by rows on two or
-  // more threads (so tasks start at rows other than 0), n = 4200 by columns and, on one thread,
-  // over two NC blocks (the rows summed in the first only).
-  const int64_t m = 389, k = 600;
+  // and 200 leave a partial panel for both kernels (14- and 6-row); n = 128 splits C by rows on
+  // two or more threads (so tasks start at rows other than 0), n = 4200 by columns and, on one
+  // thread, over two NC blocks (the rows summed in the first only). The AVX-512 kernel reads A^T
+  // in place (its full panels summed after their first tile) except beside B read in place with
+  // rows 2 KiB apart: m = 200, n = 512 (its blocks then have at most two MC blocks of rows), where
+  // A^T is packed and summed while copied, as the AVX2 kernel always does.
+  const int64_t k = 600;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> a(static_cast<size_t>(k * m));
-  for (float& v : a) v = normal(rng);
-  std::vector<double> want(static_cast<size_t>(m), 0.0);  // in p order, in double, as specified
-  for (int64_t p = 0; p < k; ++p)
-    for (int64_t i = 0; i < m; ++i) want[static_cast<size_t>(i)] += a[static_cast<size_t>(p * m + i)];
-  for (int64_t n : {128, 4200}) {
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{389, 128}, {389, 4200}, {200, 512}}) {
+    std::vector<float> a(static_cast<size_t>(k * m));
+    for (float& v : a) v = normal(rng);
+    std::vector<double> want(static_cast<size_t>(m), 0.0);  // in p order, in double, as specified
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t i = 0; i < m; ++i) want[static_cast<size_t>(i)] += a[static_cast<size_t>(p * m + i)];
     std::vector<float> b(static_cast<size_t>(k * n));
     for (float& v : b) v = normal(rng);
     std::vector<float> separate;

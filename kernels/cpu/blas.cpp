@@ -16,7 +16,7 @@
 // only; heed's kernels give an element the same bits in any block, so there one block per
 // thread packs each operand once (plan_grid_for_threads). One product runs all its blocks on
 // one code (read once per call). The row-sum epilogue is summed in double in k order, in a
-// pass of its own or (heed's kernels, op(A) = A^T) while A^T is packed: the same bits.
+// pass of its own or (heed's kernels, op(A) = A^T) while A^T is packed or read: the same bits.
 #include <strings.h>
 
 #include <atomic>
@@ -258,8 +258,8 @@ void gemm_typed(const GemmArgs& g, GemmCode code) {
   const double flops_per_task = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) /
                                 static_cast<double>(tasks_per_batch);
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kMinTaskFlops / std::max(flops_per_task, 1.0)));
-  // heed's kernels sum the rows of op(A) = A^T while they pack it (the tasks of the first column
-  // part, which between them pack every row once), in the order the separate pass uses.
+  // heed's kernels sum the rows of op(A) = A^T as they pack or read it (the tasks of the first column
+  // part, which between them cover every row once), in the order the separate pass uses.
   std::vector<double> fused_sums;
   if (std::is_same_v<T, float> && code != GemmCode::Openblas && g.a_row_sums && g.trans_a)
     fused_sums.assign(static_cast<size_t>(g.m), 0.0);

@@ -9,8 +9,9 @@
 // runs a generic set on an AVX2 CPU (blas.cpp).
 // This is the classic packed design (Goto / BLIS): op(B) = B^T is packed per KC x NR sliver
 // (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
-// packed), op(A) per MR x KC panel in blocks of MC = 12 panels, and an MR x NR register tile
-// accumulates over KC.
+// packed), op(A) per MR x KC panel in blocks of MC = 12 panels (op(A) = A^T is read in place by
+// the AVX-512 kernel, its panels' rows being A's rows; only a partial last panel is packed), and
+// an MR x NR register tile accumulates over KC.
 //
 // Invariants:
 // - every C element is one float accumulator per KC slice, fed p in increasing order with fused
@@ -86,9 +87,10 @@ void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, int
   }
 }
 
-// One full panel of op(A) = A^T: out[p * MR + i] = src[p * ld + i] for i < MR, p < kc, and
-// sums[i] += src[p * ld + i] in double, p in increasing order (each row's own sequence of adds,
-// as the scalar loop below; the rows are added four to a vector).
+// One full panel of op(A) = A^T: out[p * MR + i] = src[p * ld + i] for i < MR, p < kc (unless out
+// is null: the panel is read in place), and sums[i] += src[p * ld + i] in double, p in increasing
+// order (each row's own sequence of adds, as the scalar loop below; the rows are added four to a
+// vector).
 template <int MR>
 void copy_and_sum_panel(const float* src, int64_t ld, int64_t kc, float* out, double* sums) {
   constexpr int kGroups = MR / 4, kRest = MR % 4;
@@ -96,8 +98,11 @@ void copy_and_sum_panel(const float* src, int64_t ld, int64_t kc, float* out, do
   double rest[kRest > 0 ? kRest : 1];
   for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_loadu_pd(sums + 4 * g);
   for (int r = 0; r < kRest; ++r) rest[r] = sums[4 * kGroups + r];
-  for (int64_t p = 0; p < kc; ++p, src += ld, out += MR) {
-    std::memcpy(out, src, MR * sizeof(float));
+  for (int64_t p = 0; p < kc; ++p, src += ld) {
+    if (out != nullptr) {
+      std::memcpy(out, src, MR * sizeof(float));
+      out += MR;
+    }
     for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_add_pd(acc[g], _mm256_cvtps_pd(_mm_loadu_ps(src + 4 * g)));
     for (int r = 0; r < kRest; ++r) rest[r] += static_cast<double>(src[4 * kGroups + r]);
   }
@@ -215,7 +220,7 @@ __attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m
 
 __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
                                                      int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
-                                                     bool first, const float* bias, int64_t ldpb) {
+                                                     bool first, const float* bias, int64_t ldpb, int64_t a_step) {
   __m512 acc[kMr512][2];
 #pragma GCC unroll 14
   for (int i = 0; i < kMr512; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -231,7 +236,7 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
       acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
     }
-    pa += kMr512;
+    pa += a_step;
     pb += ldpb;
   }
   if (rows == kMr512 && cols == kNr512) {
@@ -273,7 +278,7 @@ inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, flo
 }
 
 void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
-              float alpha, float beta, bool first, const float* bias, int64_t ldpb) {
+              float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step) {
   __m256 acc[kMr256][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -285,7 +290,7 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
       acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
     }
-    pa += kMr256;
+    pa += a_step;
     pb += ldpb;
   }
   if (rows == kMr256 && cols == kNr256) {
@@ -304,9 +309,11 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
 
 // The packed loops around a register tile kernel (Goto's order): C's columns in blocks of at
 // most kNc; for each KC slice, that block's op(B) is packed once when it is B^T (it stays in
-// L2/L3; B itself is read in place), then op(A) once per MC rows (in L2), and every (MR, NR) tile
-// of those rows runs over the slice with its B sliver (ldpb floats between its rows: NR packed,
-// ldb in place). op(A)'s row sums are taken in the first column block only (each (i, p) once).
+// L2/L3; B itself is read in place), then op(A) once per MC rows (in L2; A^T is read in place),
+// and every (MR, NR) tile of those rows runs over the slice with its A panel (a_step floats
+// between its p: MR packed, lda in place) and its B sliver (ldpb floats between its rows: NR
+// packed, ldb in place). op(A)'s row sums are taken in the first column block only (each (i, p)
+// once).
 template <int MR, int NR, typename Tile>
 void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums,
@@ -331,11 +338,24 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
       const int64_t full_slivers = !trans_b && m <= 2 * kMc ? nc / NR : 0;
       if (full_slivers < n_slivers)
         pack_b<NR>(trans_b, b_block + full_slivers * NR, ldb, nc - full_slivers * NR, p0, kc, packed_b);
+      // With the AVX-512 kernel, op(A) = A^T is read in place in every full panel (for each p its
+      // 14 values are contiguous, 56 bytes of a 64-byte line, lda apart over p): packing it waited
+      // on memory, a tenth to a fifth of the weight gradients' time. Not when B's slivers are read
+      // in place too with rows a multiple of 2 KiB apart: then B's rows share a few L1 sets and the
+      // packed copy of A is faster; not with the AVX2 kernel, whose 6-row panels use 24 bytes of
+      // each line they touch (9% slower in place). Only a partial last panel is packed
+      // (zero-padded); the in-place panels' row sums are taken right after their tile with the
+      // first sliver (copy_and_sum_panel without the copy: the same adds, in p order).
+      const bool a_in_place = MR == kMr512 && trans_a && !(full_slivers > 0 && ldb % 512 == 0);
       for (int64_t i0 = 0; i0 < m; i0 += kMc) {
         const int64_t mc = std::min(kMc, m - i0);
         const int64_t m_panels = (mc + MR - 1) / MR;
-        pack_a<MR>(trans_a, trans_a ? a + i0 : a + i0 * lda, lda, mc, p0, kc, packed_a,
-                   row_sums != nullptr ? row_sums + i0 : nullptr);
+        const int64_t in_place_panels = a_in_place ? mc / MR : 0, packed_rows = mc - in_place_panels * MR;
+        if (packed_rows > 0) {
+          const int64_t r0 = i0 + in_place_panels * MR;
+          pack_a<MR>(trans_a, trans_a ? a + r0 : a + r0 * lda, lda, packed_rows, p0, kc, packed_a,
+                     row_sums != nullptr ? row_sums + r0 : nullptr);
+        }
         for (int64_t s = 0; s < n_slivers; ++s) {
           const bool in_place = s < full_slivers;
           const float* pb = in_place ? b_block + p0 * ldb + s * NR : packed_b + (s - full_slivers) * NR * kc;
@@ -344,8 +364,12 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
           const float* sliver_bias = bias != nullptr ? bias + j0 + s * NR : nullptr;
           for (int64_t r = 0; r < m_panels; ++r) {
             const int64_t rows = std::min<int64_t>(MR, mc - r * MR);
-            tile(kc, packed_a + r * MR * kc, pb, c + (i0 + r * MR) * ldc + j0 + s * NR, ldc, rows, cols, alpha, beta,
-                 first, sliver_bias, ldpb);
+            const bool panel_in_place = r < in_place_panels;
+            const float* pa = panel_in_place ? a + p0 * lda + i0 + r * MR : packed_a + (r - in_place_panels) * MR * kc;
+            tile(kc, pa, pb, c + (i0 + r * MR) * ldc + j0 + s * NR, ldc, rows, cols, alpha, beta, first, sliver_bias,
+                 ldpb, panel_in_place ? lda : MR);
+            if (panel_in_place && s == 0 && row_sums != nullptr)
+              copy_and_sum_panel<MR>(pa, lda, kc, nullptr, row_sums + i0 + r * MR);
           }
         }
       }
