@@ -146,6 +146,85 @@ void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t col
   });
 }
 
+#if HEED_HAVE_AVX2
+// backward_row's vector loop over float rows, eight columns at a time, for CPUs without
+// AVX-512F; returns the first column it left (to the scalar loop).
+template <bool kWeight, bool kParams>
+int64_t backward_row_avx2(const float* __restrict xr, const float* __restrict w, const float* __restrict dyr,
+                          int64_t cols, float m, float s, float* __restrict xhat, float* __restrict dxhat,
+                          double* __restrict pdw, double* __restrict pdb, double* sum_dxhat, double* sum_dxhat_xhat) {
+  // backward_row's sums eight columns at a time: lane k of the two 4-double halves is lane k of its
+  // scalar loop. Every product of two floats is exact in double, so fused or not, the sums are the
+  // scalar ones.
+  __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
+  __m256d prod_lo = _mm256_setzero_pd(), prod_hi = _mm256_setzero_pd();
+  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s);
+  int64_t c = 0;
+  for (; c + kSumLanes <= cols; c += kSumLanes) {
+    const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
+    const __m256 g = _mm256_loadu_ps(dyr + c);
+    __m256 dxh = g;
+    if constexpr (kWeight) dxh = _mm256_mul_ps(g, _mm256_loadu_ps(w + c));
+    _mm256_storeu_ps(xhat + c, xh);
+    _mm256_storeu_ps(dxhat + c, dxh);
+    const __m256d xh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
+    const __m256d xh_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
+    const __m256d dxh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(dxh));
+    const __m256d dxh_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(dxh, 1));
+    if constexpr (kParams) {
+      const __m256d g_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
+      const __m256d g_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
+      _mm256_storeu_pd(pdw + c, _mm256_fmadd_pd(g_lo, xh_lo, _mm256_loadu_pd(pdw + c)));
+      _mm256_storeu_pd(pdw + c + 4, _mm256_fmadd_pd(g_hi, xh_hi, _mm256_loadu_pd(pdw + c + 4)));
+      _mm256_storeu_pd(pdb + c, _mm256_add_pd(g_lo, _mm256_loadu_pd(pdb + c)));
+      _mm256_storeu_pd(pdb + c + 4, _mm256_add_pd(g_hi, _mm256_loadu_pd(pdb + c + 4)));
+    }
+    sum_lo = _mm256_add_pd(sum_lo, dxh_lo);
+    sum_hi = _mm256_add_pd(sum_hi, dxh_hi);
+    prod_lo = _mm256_fmadd_pd(dxh_lo, xh_lo, prod_lo);
+    prod_hi = _mm256_fmadd_pd(dxh_hi, xh_hi, prod_hi);
+  }
+  _mm256_storeu_pd(sum_dxhat, sum_lo);
+  _mm256_storeu_pd(sum_dxhat + 4, sum_hi);
+  _mm256_storeu_pd(sum_dxhat_xhat, prod_lo);
+  _mm256_storeu_pd(sum_dxhat_xhat + 4, prod_hi);
+  return c;
+}
+
+// The same loop in zmm registers (CPUs with AVX-512F): the eight double lanes of one zmm are
+// lanes 0-7 of the ymm pair above, every operation the same, so every sum gets the same bits
+// (the conversions in their zero-masked form with every lane set: GCC 12 warns that the plain
+// form's undefined pass-through register may be used uninitialised).
+template <bool kWeight, bool kParams>
+__attribute__((target("avx512f,fma"))) int64_t backward_row_avx512(
+    const float* __restrict xr, const float* __restrict w, const float* __restrict dyr, int64_t cols, float m, float s,
+    float* __restrict xhat, float* __restrict dxhat, double* __restrict pdw, double* __restrict pdb, double* sum_dxhat,
+    double* sum_dxhat_xhat) {
+  __m512d sum = _mm512_setzero_pd(), prod = _mm512_setzero_pd();
+  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s);
+  int64_t c = 0;
+  for (; c + kSumLanes <= cols; c += kSumLanes) {
+    const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
+    const __m256 g = _mm256_loadu_ps(dyr + c);
+    __m256 dxh = g;
+    if constexpr (kWeight) dxh = _mm256_mul_ps(g, _mm256_loadu_ps(w + c));
+    _mm256_storeu_ps(xhat + c, xh);
+    _mm256_storeu_ps(dxhat + c, dxh);
+    const __m512d xh_d = _mm512_maskz_cvtps_pd(0xFF, xh), dxh_d = _mm512_maskz_cvtps_pd(0xFF, dxh);
+    if constexpr (kParams) {
+      const __m512d g_d = _mm512_maskz_cvtps_pd(0xFF, g);
+      _mm512_storeu_pd(pdw + c, _mm512_fmadd_pd(g_d, xh_d, _mm512_loadu_pd(pdw + c)));
+      _mm512_storeu_pd(pdb + c, _mm512_add_pd(g_d, _mm512_loadu_pd(pdb + c)));
+    }
+    sum = _mm512_add_pd(sum, dxh_d);
+    prod = _mm512_fmadd_pd(dxh_d, xh_d, prod);
+  }
+  _mm512_storeu_pd(sum_dxhat, sum);
+  _mm512_storeu_pd(sum_dxhat_xhat, prod);
+  return c;
+}
+#endif
+
 // One row of backward: xhat and dxhat (= dy * w) into the row buffers, the dweight/dbias partial
 // sums of the row's block (kParams), then dx from the two row means. The two means are summed in
 // the same pass, lane by lane exactly as lane_sum orders them (lane k takes c = k mod kSumLanes, the
@@ -173,39 +252,10 @@ void backward_row(const T* __restrict xr, const T* __restrict w, const T* __rest
   int64_t c = 0;
 #if HEED_HAVE_AVX2
   if constexpr (std::is_same_v<T, float>) {
-    // The same sums eight columns at a time: lane k of the two 4-double halves is lane k above.
-    // Every product of two floats is exact in double, so fused or not, the sums are the scalar ones.
-    __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
-    __m256d prod_lo = _mm256_setzero_pd(), prod_hi = _mm256_setzero_pd();
-    const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s);
-    for (; c + kSumLanes <= cols; c += kSumLanes) {
-      const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
-      const __m256 g = _mm256_loadu_ps(dyr + c);
-      __m256 dxh = g;
-      if constexpr (kWeight) dxh = _mm256_mul_ps(g, _mm256_loadu_ps(w + c));
-      _mm256_storeu_ps(xhat + c, xh);
-      _mm256_storeu_ps(dxhat + c, dxh);
-      const __m256d xh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
-      const __m256d xh_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
-      const __m256d dxh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(dxh));
-      const __m256d dxh_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(dxh, 1));
-      if constexpr (kParams) {
-        const __m256d g_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
-        const __m256d g_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
-        _mm256_storeu_pd(pdw + c, _mm256_fmadd_pd(g_lo, xh_lo, _mm256_loadu_pd(pdw + c)));
-        _mm256_storeu_pd(pdw + c + 4, _mm256_fmadd_pd(g_hi, xh_hi, _mm256_loadu_pd(pdw + c + 4)));
-        _mm256_storeu_pd(pdb + c, _mm256_add_pd(g_lo, _mm256_loadu_pd(pdb + c)));
-        _mm256_storeu_pd(pdb + c + 4, _mm256_add_pd(g_hi, _mm256_loadu_pd(pdb + c + 4)));
-      }
-      sum_lo = _mm256_add_pd(sum_lo, dxh_lo);
-      sum_hi = _mm256_add_pd(sum_hi, dxh_hi);
-      prod_lo = _mm256_fmadd_pd(dxh_lo, xh_lo, prod_lo);
-      prod_hi = _mm256_fmadd_pd(dxh_hi, xh_hi, prod_hi);
-    }
-    _mm256_storeu_pd(sum_dxhat, sum_lo);
-    _mm256_storeu_pd(sum_dxhat + 4, sum_hi);
-    _mm256_storeu_pd(sum_dxhat_xhat, prod_lo);
-    _mm256_storeu_pd(sum_dxhat_xhat + 4, prod_hi);
+    c = vec_has_avx512f() ? backward_row_avx512<kWeight, kParams>(xr, w, dyr, cols, m, s, xhat, dxhat, pdw, pdb,
+                                                                  sum_dxhat, sum_dxhat_xhat)
+                          : backward_row_avx2<kWeight, kParams>(xr, w, dyr, cols, m, s, xhat, dxhat, pdw, pdb,
+                                                                sum_dxhat, sum_dxhat_xhat);
   }
 #endif
   for (; c + kSumLanes <= cols; c += kSumLanes)
