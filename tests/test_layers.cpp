@@ -319,6 +319,21 @@ TEST_CASE("F::layer_norm: without affine, weight only, float32 and mixed dtypes"
       }
     }
   }
+  SUBCASE("float32 rows of 6 to 256 columns: the three gradients against float64 (the vector loops)") {
+    // Widths below, at and past one 8-column step, with a tail; run under both loop widths
+    // (ctest's test_layers_8_lanes sets HEED_VEC_WIDTH=8).
+    for (int cols : {6, 8, 19, 256}) {
+      CAPTURE(cols);
+      const Values xv = ref::random_values(static_cast<size_t>(9 * cols), 37), wv = ref::random_values(cols, 38);
+      const Values gv = ref::random_values(static_cast<size_t>(9 * cols), 39);
+      Tensor xt = leaf(xv, {9, cols}, kFloat32), wt = leaf(wv, {cols}, kFloat32), bt = leaf(wv, {cols}, kFloat32);
+      F::layer_norm(xt, wt, bt).backward(to_tensor(gv, {9, cols}, kFloat32));
+      const LayerNormGrads r = layer_norm_grads(ref::values(xt), cols, ref::values(wt), gv, 1e-5);
+      check_close(xt.grad(), r.dx, 1e-4, 1e-5, "dx");
+      check_close(wt.grad(), r.dw, 1e-5, 1e-5, "dweight");
+      check_close(bt.grad(), r.db, 1e-5, 1e-5, "dbias");
+    }
+  }
   SUBCASE("constant rows: zero variance gives finite output") {
     Tensor xt = leaf(Values(12, 3.0), {2, 6});
     Tensor y = F::layer_norm(xt);
