@@ -531,19 +531,16 @@ void backward_typed(const FlashAttentionArgs& args) {
       t.delta[static_cast<size_t>(row)] = dot_in_lanes(o, g, pr.Dv);
     }
   });
-  // Zero the gradient rows (the buffers may be strided views of a larger tensor).
-  auto zero_rows = [&](T* base, const AttentionLayout& l, int64_t len, int64_t dim) {
-    parallel_for(BH * len, 1024, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t bh = row / len;
-        T* p = base + Problem<T>::at(l, bh / pr.H, bh % pr.H, row % len);
-        std::fill(p, p + dim, T(0));
-      }
-    });
+  // Zeroes rows [r0, r1) of pair bh's block of a gradient (the buffers may be strided views of a
+  // larger tensor): each task zeroes the rows it accumulates into just before its first tile, so
+  // they are in cache when the tiles add to them (a separate pass over the three gradients
+  // streamed them through memory twice).
+  auto zero_rows = [&](T* base, const AttentionLayout& l, int64_t bh, int64_t r0, int64_t r1, int64_t dim) {
+    for (int64_t r = r0; r < r1; ++r) {
+      T* row = base + Problem<T>::at(l, bh / pr.H, bh % pr.H, r);
+      std::fill(row, row + dim, T(0));
+    }
   };
-  zero_rows(t.dQ, pr.gq, pr.T_, pr.D);
-  zero_rows(t.dK, pr.gk, pr.S, pr.D);
-  zero_rows(t.dV, pr.gv, pr.S, pr.Dv);
   const int64_t q_blocks = (pr.T_ + kBlockQ - 1) / kBlockQ, k_blocks = (pr.S + kBlockK - 1) / kBlockK;
 
   // Query blocks that can see key block kb, and key blocks a query block can see.
@@ -561,8 +558,11 @@ void backward_typed(const FlashAttentionArgs& args) {
       TileScratch<T> scratch;
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / pr.H;
+        zero_rows(t.dQ, pr.gq, bh, 0, pr.T_, pr.D);
         for (int64_t kb = 0; kb < k_blocks; ++kb) {
           const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+          zero_rows(t.dK, pr.gk, bh, j0, j1, pr.D);
+          zero_rows(t.dV, pr.gv, bh, j0, j1, pr.Dv);
           std::optional<KeyValueBlock<T>> kv;  // transposed at the block's first visit
           for (int64_t qb = 0; qb < q_blocks; ++qb) {
             if (!visits(b, qb, kb)) continue;
@@ -583,6 +583,8 @@ void backward_typed(const FlashAttentionArgs& args) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / k_blocks, kb = task % k_blocks, b = bh / pr.H;
       const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
+      zero_rows(t.dK, pr.gk, bh, j0, j1, pr.D);
+      zero_rows(t.dV, pr.gv, bh, j0, j1, pr.Dv);
       std::optional<KeyValueBlock<T>> kv;
       for (int64_t qb = 0; qb < q_blocks; ++qb) {
         if (!visits(b, qb, kb)) continue;
@@ -599,6 +601,7 @@ void backward_typed(const FlashAttentionArgs& args) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / q_blocks, qb = task % q_blocks, b = bh / pr.H;
       const int64_t i0 = qb * kBlockQ, i1 = std::min(pr.T_, i0 + kBlockQ);
+      zero_rows(t.dQ, pr.gq, bh, i0, i1, pr.D);
       for (int64_t kb = 0; kb < k_blocks; ++kb) {
         if (!visits(b, qb, kb)) continue;
         const int64_t j0 = kb * kBlockK, j1 = std::min(pr.S, j0 + kBlockK);
