@@ -422,8 +422,9 @@ struct TileScratch {
   TileScratch() : p(kBlockQ * kBlockK), dp(kBlockQ * kBlockK), pd(kBlockQ * kBlockK) {}
 };
 
-// The key and value blocks [j0, j1) of pair bh as TransposedOperands, in s's scratch: made once per
-// key block and used by every query block's tile (backward_tile) while s holds them.
+// The key and value blocks [j0, j1) of pair bh as TransposedOperands, in s's scratch: the key
+// block tasks (one-pass backward, and the dK/dV pass of the two-pass one) make it once per key
+// block for every query block's tile (backward_tile); the dQ pass still makes it once per tile.
 template <typename T>
 struct KeyValueBlock {
   TransposedOperand<T> keys, values;

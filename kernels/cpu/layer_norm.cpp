@@ -26,14 +26,18 @@ template <typename T, bool kWeight, bool kBias>
 void normalize_row(const T* __restrict xr, const T* __restrict w, const T* __restrict b, int64_t cols, compute_t<T> m,
                    compute_t<T> s, T* __restrict yr) {
   using C = compute_t<T>;
+  // The adds as explicit fused multiply-adds (one rounding whatever a compiler contracts).
   for (int64_t c = 0; c < cols; ++c) {
-    C v = (load(xr + c) - m) * s;
+    const C centred = load(xr + c) - m;
+    C v;
     if constexpr (kWeight && kBias)
-      v = std::fma(v, load(w + c), load(b + c));  // one rounding, whatever the compiler contracts
+      v = std::fma(centred * s, load(w + c), load(b + c));
     else if constexpr (kWeight)
-      v = v * load(w + c);
+      v = centred * s * load(w + c);
     else if constexpr (kBias)
-      v = v + load(b + c);
+      v = std::fma(centred, s, load(b + c));
+    else
+      v = centred * s;
     store(yr + c, v);
   }
 }
@@ -148,7 +152,7 @@ void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t col
 
 #if HEED_HAVE_AVX2
 // backward_row's vector loop over float rows, eight columns at a time, for CPUs without
-// AVX-512F; returns the first column it left (to the scalar loop).
+// AVX-512F (or with HEED_VEC_WIDTH=8); returns the first column it left (to the scalar loop).
 template <bool kWeight, bool kParams>
 int64_t backward_row_avx2(const float* __restrict xr, const float* __restrict w, const float* __restrict dyr,
                           int64_t cols, float m, float s, float* __restrict xhat, float* __restrict dxhat,

@@ -10,8 +10,9 @@
 // This is the classic packed design (Goto / BLIS): op(B) = B^T is packed per KC x NR sliver
 // (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
 // packed), op(A) per MR x KC panel in blocks of MC = 12 panels (op(A) = A^T is read in place by
-// the AVX-512 kernel, its panels' rows being A's rows; only a partial last panel is packed), and
-// an MR x NR register tile accumulates over KC.
+// the AVX-512 kernel, its panels' rows being A's rows, except beside B read in place with rows
+// 2 KiB apart; only a partial last panel is packed), and an MR x NR register tile accumulates
+// over KC.
 //
 // Invariants:
 // - every C element is one float accumulator per KC slice, fed p in increasing order with fused
@@ -309,7 +310,7 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
 
 // The packed loops around a register tile kernel (Goto's order): C's columns in blocks of at
 // most kNc; for each KC slice, that block's op(B) is packed once when it is B^T (it stays in
-// L2/L3; B itself is read in place), then op(A) once per MC rows (in L2; A^T is read in place),
+// L2/L3; B itself is read in place), then op(A) once per MC rows (in L2; A^T mostly read in place),
 // and every (MR, NR) tile of those rows runs over the slice with its A panel (a_step floats
 // between its p: MR packed, lda in place) and its B sliver (ldpb floats between its rows: NR
 // packed, ldb in place). op(A)'s row sums are taken in the first column block only (each (i, p)
@@ -339,7 +340,7 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
       if (full_slivers < n_slivers)
         pack_b<NR>(trans_b, b_block + full_slivers * NR, ldb, nc - full_slivers * NR, p0, kc, packed_b);
       // With the AVX-512 kernel, op(A) = A^T is read in place in every full panel (for each p its
-      // 14 values are contiguous, 56 bytes of a 64-byte line, lda apart over p): packing it waited
+      // 14 values are contiguous, lda apart over p): packing it waited
       // on memory, a tenth to a fifth of the weight gradients' time. Not when B's slivers are read
       // in place too with rows a multiple of 2 KiB apart: then B's rows share a few L1 sets and the
       // packed copy of A is faster; not with the AVX2 kernel, whose 6-row panels use 24 bytes of
