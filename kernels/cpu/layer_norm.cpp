@@ -151,6 +151,24 @@ void forward_typed(const T* x, const T* w, const T* b, int64_t rows, int64_t col
 }
 
 #if HEED_HAVE_AVX2
+// The float part of one eight-column step of backward_row's vector loops (both widths): xhat =
+// (x - mean) * rstd and dxhat = dy (* w), stored in the row buffers, and dy.
+struct FloatStep {
+  __m256 xh, g, dxh;
+};
+template <bool kWeight>
+inline FloatStep float_step(const float* xr, const float* w, const float* dyr, int64_t c, __m256 mv, __m256 sv,
+                            float* xhat, float* dxhat) {
+  FloatStep f;
+  f.xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
+  f.g = _mm256_loadu_ps(dyr + c);
+  f.dxh = f.g;
+  if constexpr (kWeight) f.dxh = _mm256_mul_ps(f.g, _mm256_loadu_ps(w + c));
+  _mm256_storeu_ps(xhat + c, f.xh);
+  _mm256_storeu_ps(dxhat + c, f.dxh);
+  return f;
+}
+
 // backward_row's vector loop over float rows, eight columns at a time, for CPUs without
 // AVX-512F (or with HEED_VEC_WIDTH=8); returns the first column it left (to the scalar loop).
 template <bool kWeight, bool kParams>
@@ -165,12 +183,8 @@ int64_t backward_row_avx2(const float* __restrict xr, const float* __restrict w,
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s);
   int64_t c = 0;
   for (; c + kSumLanes <= cols; c += kSumLanes) {
-    const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
-    const __m256 g = _mm256_loadu_ps(dyr + c);
-    __m256 dxh = g;
-    if constexpr (kWeight) dxh = _mm256_mul_ps(g, _mm256_loadu_ps(w + c));
-    _mm256_storeu_ps(xhat + c, xh);
-    _mm256_storeu_ps(dxhat + c, dxh);
+    const FloatStep f = float_step<kWeight>(xr, w, dyr, c, mv, sv, xhat, dxhat);
+    const __m256 xh = f.xh, g = f.g, dxh = f.dxh;
     const __m256d xh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(xh));
     const __m256d xh_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
     const __m256d dxh_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(dxh));
@@ -208,12 +222,8 @@ __attribute__((target("avx512f,fma"))) int64_t backward_row_avx512(
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s);
   int64_t c = 0;
   for (; c + kSumLanes <= cols; c += kSumLanes) {
-    const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), mv), sv);
-    const __m256 g = _mm256_loadu_ps(dyr + c);
-    __m256 dxh = g;
-    if constexpr (kWeight) dxh = _mm256_mul_ps(g, _mm256_loadu_ps(w + c));
-    _mm256_storeu_ps(xhat + c, xh);
-    _mm256_storeu_ps(dxhat + c, dxh);
+    const FloatStep f = float_step<kWeight>(xr, w, dyr, c, mv, sv, xhat, dxhat);
+    const __m256 xh = f.xh, g = f.g, dxh = f.dxh;
     const __m512d xh_d = _mm512_maskz_cvtps_pd(0xFF, xh), dxh_d = _mm512_maskz_cvtps_pd(0xFF, dxh);
     if constexpr (kParams) {
       const __m512d g_d = _mm512_maskz_cvtps_pd(0xFF, g);
