@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "heed/dtype.h"
 #include "heed/error.h"
@@ -150,7 +151,8 @@ inline void parallel_for(int64_t n, int64_t grain, F&& f) {
 inline constexpr int kSumLanes = 8;
 
 // The fixed tree that adds the kSumLanes partial sums.
-inline double lane_tree(const double (&acc)[kSumLanes]) {
+template <typename T>
+inline T lane_tree(const T (&acc)[kSumLanes]) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
@@ -164,6 +166,24 @@ inline double lane_sum(int64_t n, Term term) {
   for (; c + kSumLanes <= n; c += kSumLanes)
     for (int k = 0; k < kSumLanes; ++k) acc[k] += term(c + k);
   for (; c < n; ++c) acc[0] += term(c);
+  return lane_tree(acc);
+}
+
+// Sum over c in [0, n) of x(c) * y(c) in T, where factors(c) returns {x(c), y(c)}: lane_sum's lanes
+// and tree, each lane accumulating acc = fma(x, y, acc) (one rounding per term).
+template <typename T, typename Factors>
+inline T lane_fma_sum(int64_t n, Factors factors) {
+  T acc[kSumLanes] = {};
+  int64_t c = 0;
+  for (; c + kSumLanes <= n; c += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) {
+      const auto [x, y] = factors(c + k);
+      acc[k] = std::fma(x, y, acc[k]);
+    }
+  for (; c < n; ++c) {
+    const auto [x, y] = factors(c);
+    acc[0] = std::fma(x, y, acc[0]);
+  }
   return lane_tree(acc);
 }
 

@@ -178,20 +178,6 @@ void group_products(const RowGroups& groups, const TransposedOperand<T>& b, T al
     b.product(x.r1 - x.r0, x.c_lo, x.c_hi, alpha, a + x.r0 * lda, lda, T(0), tile + x.r0 * kBlockK, kBlockK);
 }
 
-// sum_c a[c] * b[c] over kDotLanes running sums (lane k takes c = k mod kDotLanes, the tail goes
-// to lane 0), each acc = fma(a, b, acc), added in a fixed tree: it vectorises, where one running
-// sum was a chain of n dependent adds (backward's rowsum(dO * O) waited on their latency).
-constexpr int kDotLanes = 8;
-template <typename T>
-T dot_in_lanes(const T* a, const T* b, int64_t n) {
-  T acc[kDotLanes] = {};
-  int64_t c = 0;
-  for (; c + kDotLanes <= n; c += kDotLanes)
-    for (int k = 0; k < kDotLanes; ++k) acc[k] = std::fma(a[c + k], b[c + k], acc[k]);
-  for (; c < n; ++c) acc[0] = std::fma(a[c], b[c], acc[0]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 int64_t view_offset(const StridedView& v, int64_t b, int64_t h, int64_t i, int64_t j) {
   return b * v.strides[0] + h * v.strides[1] + i * v.strides[2] + j * v.strides[3];
 }
@@ -529,7 +515,8 @@ void backward_typed(const FlashAttentionArgs& args) {
       const int64_t bh = row / pr.T_, i = row % pr.T_;
       const T* o = t.O + Problem<T>::at(pr.o, bh / pr.H, bh % pr.H, i);
       const T* g = t.dO + Problem<T>::at(pr.go, bh / pr.H, bh % pr.H, i);
-      t.delta[static_cast<size_t>(row)] = dot_in_lanes(o, g, pr.Dv);
+      // rowsum(dO * O) in lanes (lane_fma_sum): one running sum was a chain of dependent adds.
+      t.delta[static_cast<size_t>(row)] = lane_fma_sum<T>(pr.Dv, [&](int64_t c) { return std::pair{o[c], g[c]}; });
     }
   });
   // Zeroes rows [r0, r1) of pair bh's block of a gradient (the buffers may be strided views of a

@@ -43,24 +43,17 @@ void normalize_row(const T* __restrict xr, const T* __restrict w, const T* __res
 }
 
 // The mean and 1 / sqrt(variance + eps) of one row, in double: the mean is lane_sum's, the
-// centred sum of squares accumulates acc = fma(d, d, acc) per lane in lane_sum's lane order.
+// centred sum of squares lane_fma_sum's (acc = fma(d, d, acc) per lane, lane_sum's order).
 template <typename T>
 void row_stats(const T* xr, int64_t cols, double eps, double* mean_out, double* rstd_out) {
   const double mean =
       lane_sum(cols, [&](int64_t c) { return static_cast<double>(load(xr + c)); }) / static_cast<double>(cols);
-  double acc[kSumLanes] = {};
-  int64_t c = 0;
-  for (; c + kSumLanes <= cols; c += kSumLanes)
-    for (int k = 0; k < kSumLanes; ++k) {
-      const double d = static_cast<double>(load(xr + c + k)) - mean;
-      acc[k] = std::fma(d, d, acc[k]);
-    }
-  for (; c < cols; ++c) {
+  const double ss = lane_fma_sum<double>(cols, [&](int64_t c) {
     const double d = static_cast<double>(load(xr + c)) - mean;
-    acc[0] = std::fma(d, d, acc[0]);
-  }
+    return std::pair{d, d};
+  });
   *mean_out = mean;
-  *rstd_out = 1.0 / std::sqrt(lane_tree(acc) / static_cast<double>(cols) + eps);
+  *rstd_out = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
 }
 
 #if HEED_HAVE_AVX2
