@@ -43,6 +43,34 @@ TEST_CASE("openblas_coretype_hint: an AVX2 kernel set on an AVX-512 CPU gets Sky
   CHECK(openblas_coretype_hint("HASWELL", true, true, false) == "SkylakeX");
 }
 
+TEST_CASE("openblas_core_runs_on: a kernel set wider than the CPU is refused, and the hint names one that runs") {
+  // OPENBLAS_CORETYPE=SkylakeX on an AVX2-only Zen 3 EPYC loads the SkylakeX set, whose first
+  // sgemm stopped the program with SIGILL (2026-12-02).
+  CHECK_FALSE(openblas_core_runs_on("SkylakeX", true, false));
+  CHECK_FALSE(openblas_core_runs_on("cooperlake", false, false));
+  CHECK_FALSE(openblas_core_runs_on("Haswell", false, false));
+  CHECK(openblas_core_runs_on("SkylakeX", true, true));
+  CHECK(openblas_core_runs_on("Zen", true, false));
+  CHECK(openblas_core_runs_on("Haswell", true, true));
+  for (const char* generic : {"Prescott", "Nehalem", "Core2"}) CHECK(openblas_core_runs_on(generic, false, false));
+  CHECK(openblas_coretype_hint("SkylakeX", true, false, true) == "Zen");
+  CHECK(openblas_coretype_hint("SapphireRapids", true, false, false) == "Haswell");
+  CHECK(openblas_coretype_hint("Haswell", false, false, false).empty());  // no set of the list runs faster
+}
+
+TEST_CASE("blas_info: core_runs_here agrees with the CPU; where it is false, OpenBLAS is an Error, not a crash") {
+  const BlasInfo info = blas_info();
+  CHECK(info.core_runs_here == openblas_core_runs_on(info.core, info.cpu_avx2, info.cpu_avx512));
+  if (info.core_runs_here) return;  // the usual case: tests never set OPENBLAS_CORETYPE
+  MESSAGE("OpenBLAS's '", info.core, "' set cannot run on this CPU (OPENBLAS_CORETYPE in the environment)");
+  CHECK(info.sgemm != "openblas");
+  CHECK_THROWS_WITH_AS(set_cpu_gemm(CpuGemm::Openblas), doctest::Contains("illegal instruction"), Error);
+  const Tensor a = ones({4, 4}, kFloat64);
+  CHECK_THROWS_WITH_AS(matmul(a, a), doctest::Contains("gemm"), Error);
+  const Tensor product = matmul(ones({4, 4}), ones({4, 4}));  // float32: heed's own kernel
+  CHECK(product.data_ptr<float>()[0] == 4.0f);
+}
+
 TEST_CASE("measure_sgemm_gflops: a positive rate, and bad sizes are refused") {
   CHECK(measure_sgemm_gflops(64, 1) > 0.0);
   CHECK_THROWS_WITH_AS(measure_sgemm_gflops(0, 1), doctest::Contains("measure_sgemm_gflops"), Error);

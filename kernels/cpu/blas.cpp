@@ -119,6 +119,7 @@ namespace {
 GemmCode resolve(GemmCode code) {
   if (code != GemmCode::Auto) return code;
   if (heed_sgemm_supported(SgemmKernel::Avx512)) return GemmCode::HeedAvx512;
+  // openblas_coretype_hint is not empty, too, where OpenBLAS loaded a set this CPU cannot run.
   if (openblas_narrower_than_heed()) return GemmCode::HeedAvx2;
   return GemmCode::Openblas;
 }
@@ -157,6 +158,7 @@ bool openblas_narrower_than_heed() {
 }
 
 void set_gemm_code(GemmCode code) {
+  if (code == GemmCode::Openblas) check_openblas_runs_here("set_cpu_gemm");
   HEED_CHECK(code != GemmCode::HeedAvx512 || heed_sgemm_supported(SgemmKernel::Avx512), "set_cpu_gemm",
              "heed's AVX-512 gemm needs a CPU with AVX-512F, this one has none");
   HEED_CHECK(code != GemmCode::HeedAvx2 || heed_sgemm_supported(SgemmKernel::Avx2), "set_cpu_gemm",
@@ -305,7 +307,26 @@ bool is_avx512_core(const char* core) {
 
 bool is_generic_core(const char* core) { return !is_avx2_core(core) && !is_avx512_core(core); }
 
+bool openblas_core_runs_on(const char* core, bool cpu_avx2, bool cpu_avx512) {
+  if (is_avx512_core(core)) return cpu_avx512;
+  if (is_avx2_core(core)) return cpu_avx2 || cpu_avx512;
+  return true;
+}
+
+bool openblas_runs_here() {
+  static const bool runs = [] {
+    __builtin_cpu_init();
+    return openblas_core_runs_on(blas_library().core, __builtin_cpu_supports("avx2"),
+                                 __builtin_cpu_supports("avx512f"));
+  }();
+  return runs;
+}
+
 const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd) {
+  if (!openblas_core_runs_on(core, cpu_avx2, cpu_avx512)) {
+    if (cpu_avx2) return cpu_amd ? "Zen" : "Haswell";
+    return "";  // no OpenBLAS set of heed's lists is faster than the generic one it would pick
+  }
   if (!cpu_avx2 && !cpu_avx512) return "";
   // OpenBLAS 0.3.21's kernel sets with AVX-512 FMA for sgemm: nothing faster to advise.
   if (is_avx512_core(core)) return "";
@@ -317,6 +338,7 @@ const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx
 }
 
 double measure_sgemm_gflops(int64_t d, int repeats) {
+  if (gemm_code() == GemmCode::Openblas) check_openblas_runs_here("measure_sgemm_gflops");
   const size_t n = static_cast<size_t>(d * d);
   std::vector<float> a(n, 1.0f), b(n, 0.5f), c(n, 0.0f);
   GemmArgs g;
@@ -336,11 +358,27 @@ double measure_sgemm_gflops(int64_t d, int repeats) {
   return best;
 }
 
+void check_openblas_runs_here(const char* op) {
+  if (openblas_runs_here()) return;
+  __builtin_cpu_init();
+  const char* core = blas_library().core;
+  const char* setting = std::getenv("OPENBLAS_CORETYPE");
+  const char* hint = openblas_coretype_hint(core, __builtin_cpu_supports("avx2"), __builtin_cpu_supports("avx512f"),
+                                            __builtin_cpu_is("amd"));
+  fail(op,
+       "OpenBLAS loaded its '{}' kernels (OPENBLAS_CORETYPE={}), which need {}, and this CPU has {}: the call would "
+       "stop the program with an illegal instruction. Unset OPENBLAS_CORETYPE{}{}",
+       core, setting ? setting : "(not set)", is_avx512_core(core) ? "AVX-512" : "AVX2",
+       __builtin_cpu_supports("avx2") ? "AVX2 only" : "neither AVX2 nor AVX-512", *hint ? " or set it to " : "", hint);
+}
+
 namespace {
+
 void warn_if_generic_kernels() {
   const char* setting = std::getenv("HEED_BLAS_WARNING");
   if (setting && std::strcmp(setting, "0") == 0) return;
   if (gemm_code() != GemmCode::Openblas) return;  // heed's own kernels run float32 at the CPU's width
+  if (!openblas_runs_here()) return;              // gemm's check says what is wrong, as an Error
   __builtin_cpu_init();
   const BlasLibrary lib = blas_library();
   const char* hint = openblas_coretype_hint(lib.core, __builtin_cpu_supports("avx2"), __builtin_cpu_supports("avx512f"),
@@ -359,6 +397,7 @@ void warn_if_generic_kernels() {
 }  // namespace
 
 void gemm(const GemmArgs& args) {
+  if (args.dtype == kFloat64 || gemm_code() == GemmCode::Openblas) check_openblas_runs_here("gemm");
   static std::once_flag checked_blas;
   std::call_once(checked_blas, warn_if_generic_kernels);
   constexpr int64_t kMaxBlasInt = 2147483647;

@@ -19,8 +19,9 @@ struct BlasLibrary {
 BlasLibrary blas_library();
 // The OPENBLAS_CORETYPE value that selects faster kernels when `core` is one of OpenBLAS's
 // kernel sets without AVX2 on a CPU that has AVX2 or AVX-512, or an AVX2 set on a CPU with
-// AVX-512 ("" when nothing is lost). A pure function of its inputs (tests call it with any
-// combination).
+// AVX-512 ("" when nothing is lost), or the CPU's own set ("Zen" / "Haswell" on an AVX2 CPU)
+// when `core` needs instructions the CPU lacks (see openblas_core_runs_on). A pure function of its inputs (tests call
+// it with any combination).
 const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd);
 // Whether `core` is one of OpenBLAS's AVX2 kernel sets (Haswell, Zen) or AVX-512 sets
 // (SkylakeX, Cooperlake, SapphireRapids), any case; every other set is a generic one.
@@ -28,6 +29,17 @@ bool is_avx2_core(const char* core);
 bool is_avx512_core(const char* core);
 // Neither: one of OpenBLAS's generic (pre-AVX2) kernel sets.
 bool is_generic_core(const char* core);
+// Whether `core` runs on a CPU with these features: an AVX-512 set needs AVX-512F, an AVX2 set
+// AVX2 (OPENBLAS_CORETYPE=SkylakeX on an AVX2-only CPU loads a set whose first sgemm stops the
+// program with an illegal instruction). A pure function of its inputs.
+bool openblas_core_runs_on(const char* core, bool cpu_avx2, bool cpu_avx512);
+// The same for this CPU and the set OpenBLAS loaded (checked once). Where it is false, Auto
+// computes float32 matmuls on heed's AVX2 kernel and every call that would reach OpenBLAS
+// (float64 matmuls, HEED_CPU_GEMM=openblas) is an Error instead of a crash.
+bool openblas_runs_here();
+// Throws an Error naming `op` when !openblas_runs_here(): called before every OpenBLAS call
+// (a kernel set the CPU cannot run stops the program with SIGILL inside its first call).
+void check_openblas_runs_here(const char* op);
 
 // How flash attention computes the float32 products inside its tiles: Auto (the default)
 // uses heed's register kernel (tile_gemm.h; AVX-512 where the CPU has it) in every build with

@@ -322,6 +322,8 @@ struct Problem {
 template <typename T>
 void forward_typed(const FlashAttentionArgs& args) {
   const Problem<T> pr(args);
+  if (!std::is_same_v<T, float> || pr.products == TileProducts::Blas)
+    check_openblas_runs_here("flash_attention_forward");
   const T* Q = static_cast<const T*>(args.q);
   const T* K = static_cast<const T*>(args.k);
   const T* V = static_cast<const T*>(args.v);
@@ -503,6 +505,8 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
 template <typename T>
 void backward_typed(const FlashAttentionArgs& args) {
   const Problem<T> pr(args);
+  if (!std::is_same_v<T, float> || pr.products == TileProducts::Blas)
+    check_openblas_runs_here("flash_attention_backward");
   BackwardTensors<T> t{static_cast<const T*>(args.q),        static_cast<const T*>(args.k),
                        static_cast<const T*>(args.v),        static_cast<const T*>(args.out),
                        static_cast<const T*>(args.grad_out), static_cast<const T*>(args.lse),

@@ -28,6 +28,11 @@ struct BlasInfo {
   // Haswell kernels on AMD's Zen 4/Zen 5, where SkylakeX's reach 2x the sgemm rate on Zen 5.
   bool generic_kernels = false;
   std::string coretype_hint;
+  // false when OpenBLAS loaded a kernel set this CPU cannot run (OPENBLAS_CORETYPE=SkylakeX on a
+  // CPU without AVX-512): every call that would reach OpenBLAS (float64 matmuls,
+  // set_cpu_gemm(CpuGemm::Openblas)) is then an Error instead of an illegal instruction, and
+  // Auto computes float32 matmuls on heed's AVX2 kernel; coretype_hint names the set that runs.
+  bool core_runs_here = true;
   // The code that computes float32 CPU matmuls: "openblas", or heed's own packed kernels
   // "heed-avx512" / "heed-avx2" (see CpuGemm below). float64 matmuls always run on OpenBLAS.
   std::string sgemm;
@@ -54,5 +59,8 @@ double measure_sgemm_gflops(int64_t d = 1024, int repeats = 3);
 // features, or "" when `core` already uses the widest of AVX2/AVX-512 the CPU has (or it has
 // neither).
 std::string openblas_coretype_hint(const std::string& core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd);
+// Whether OpenBLAS's kernel set `core` runs on a CPU with these features (an AVX-512 set needs
+// AVX-512F, an AVX2 set AVX2; generic sets run anywhere). Pure, like the hint.
+bool openblas_core_runs_on(const std::string& core, bool cpu_avx2, bool cpu_avx512);
 
 }  // namespace heed

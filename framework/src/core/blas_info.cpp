@@ -48,6 +48,7 @@ BlasInfo blas_info() {
   info.cpu_avx2 = __builtin_cpu_supports("avx2");
   info.cpu_avx512 = __builtin_cpu_supports("avx512f");
   info.coretype_hint = openblas_coretype_hint(info.core, info.cpu_avx2, info.cpu_avx512, __builtin_cpu_is("amd"));
+  info.core_runs_here = kernels::cpu::openblas_runs_here();
   info.generic_kernels = !info.coretype_hint.empty() && kernels::cpu::is_generic_core(info.core.c_str());
   info.sgemm = kernels::cpu::gemm_code_name(kernels::cpu::gemm_code());
   return info;
@@ -72,6 +73,10 @@ double measure_sgemm_gflops(int64_t d, int repeats) {
 
 std::string openblas_coretype_hint(const std::string& core, bool cpu_avx2, bool cpu_avx512, bool cpu_amd) {
   return kernels::cpu::openblas_coretype_hint(core.c_str(), cpu_avx2, cpu_avx512, cpu_amd);
+}
+
+bool openblas_core_runs_on(const std::string& core, bool cpu_avx2, bool cpu_avx512) {
+  return kernels::cpu::openblas_core_runs_on(core.c_str(), cpu_avx2, cpu_avx512);
 }
 
 }  // namespace heed
