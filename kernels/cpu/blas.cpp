@@ -127,7 +127,11 @@ GemmCode resolve(GemmCode code) {
 GemmCode code_from_environment() {
   const char* setting = std::getenv("HEED_CPU_GEMM");
   if (!setting || !*setting || std::strcmp(setting, "auto") == 0) return resolve(GemmCode::Auto);
-  if (std::strcmp(setting, "openblas") == 0) return GemmCode::Openblas;
+  if (std::strcmp(setting, "openblas") == 0) {
+    if (openblas_runs_here()) return GemmCode::Openblas;
+    std::fprintf(stderr, "heed: HEED_CPU_GEMM=openblas but OpenBLAS loaded kernels this CPU cannot run; using auto\n");
+    return resolve(GemmCode::Auto);
+  }
   if (std::strcmp(setting, "avx2") == 0) {
     if (heed_sgemm_supported(SgemmKernel::Avx2)) return GemmCode::HeedAvx2;
     std::fprintf(stderr, "heed: HEED_CPU_GEMM=avx2 but this build has no AVX2 kernels; using auto\n");
@@ -397,7 +401,6 @@ void warn_if_generic_kernels() {
 }  // namespace
 
 void gemm(const GemmArgs& args) {
-  if (args.dtype == kFloat64 || gemm_code() == GemmCode::Openblas) check_openblas_runs_here("gemm");
   static std::once_flag checked_blas;
   std::call_once(checked_blas, warn_if_generic_kernels);
   constexpr int64_t kMaxBlasInt = 2147483647;
@@ -423,6 +426,7 @@ void gemm(const GemmArgs& args) {
     if (args.a_row_sums && args.m > 0 && args.dtype == kFloat64) a_row_sums<double>(args);
     return;
   }
+  if (args.dtype == kFloat64 || gemm_code() == GemmCode::Openblas) check_openblas_runs_here("gemm");
   // The code is read once: every block of one product runs on the same one.
   if (args.dtype == kFloat32) return gemm_typed<float>(args, gemm_code());
   if (args.dtype == kFloat64) return gemm_typed<double>(args, GemmCode::Openblas);

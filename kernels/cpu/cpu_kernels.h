@@ -31,7 +31,9 @@ bool is_avx512_core(const char* core);
 bool is_generic_core(const char* core);
 // Whether `core` runs on a CPU with these features: an AVX-512 set needs AVX-512F, an AVX2 set
 // AVX2 (OPENBLAS_CORETYPE=SkylakeX on an AVX2-only CPU loads a set whose first sgemm stops the
-// program with an illegal instruction). A pure function of its inputs.
+// program with an illegal instruction). A pure function of its inputs. Only the AVX2 and
+// AVX-512 sets are told apart: forcing some other set with instructions the CPU lacks (AMD's
+// FMA4 Bulldozer set on an Intel CPU, say) is not caught.
 bool openblas_core_runs_on(const char* core, bool cpu_avx2, bool cpu_avx512);
 // The same for this CPU and the set OpenBLAS loaded (checked once). Where it is false, Auto
 // computes float32 matmuls on heed's AVX2 kernel and every call that would reach OpenBLAS

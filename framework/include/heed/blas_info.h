@@ -26,6 +26,8 @@ struct BlasInfo {
   // set when the core is a generic (pre-AVX2) set on an AVX2/AVX-512 CPU (generic_kernels is
   // then true), or an AVX2 set (Haswell, Zen) on an AVX-512 CPU: Debian 12's OpenBLAS runs
   // Haswell kernels on AMD's Zen 4/Zen 5, where SkylakeX's reach 2x the sgemm rate on Zen 5.
+  // Where the core needs instructions the CPU lacks (core_runs_here false), it names the CPU's
+  // own set ("Zen" / "Haswell").
   bool generic_kernels = false;
   std::string coretype_hint;
   // false when OpenBLAS loaded a kernel set this CPU cannot run (OPENBLAS_CORETYPE=SkylakeX on a
@@ -46,7 +48,8 @@ BlasInfo blas_info();
 // OpenBLAS runs a generic set (coretype_hint not empty), and OpenBLAS where it runs its AVX2 set
 // on an AVX2 CPU. The environment variable HEED_CPU_GEMM=auto|openblas|avx2|
 // avx512 sets it at start-up; set_cpu_gemm changes it at any time (a kernel the CPU lacks is an
-// Error). Every choice is deterministic and independent of the thread count.
+// Error, and so is Openblas where core_runs_here is false: Auto then picks heed's AVX2 kernel). Every choice is
+// deterministic and independent of the thread count.
 enum class CpuGemm { Auto, Openblas, HeedAvx2, HeedAvx512 };
 void set_cpu_gemm(CpuGemm choice);
 CpuGemm cpu_gemm();  // the choice in effect, Auto resolved
