@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 
+#include <cmath>
 #include <set>
 
 using namespace heed;
@@ -72,6 +73,19 @@ TEST_CASE("blas_info: core_runs_here agrees with the CPU; where it is false, Ope
   }
   const Tensor product = matmul(ones({4, 4}), ones({4, 4}));  // float32: heed's own kernel
   CHECK(product.data_ptr<float>()[0] == 4.0f);
+}
+
+TEST_CASE("measure_fma_peak: a positive rate on the widest vectors heed uses here, and bad repeats are refused") {
+  const FmaPeak peak = measure_fma_peak(1);
+  CHECK(std::isfinite(peak.gflops));
+  CHECK(peak.gflops > 0.0);
+  CHECK(peak.threads == get_num_threads());
+  CHECK((peak.vector_bits == 32 || peak.vector_bits == 256 || peak.vector_bits == 512));
+  const BlasInfo info = blas_info();
+  if (peak.vector_bits == 512) CHECK(info.cpu_avx512);
+  if (peak.vector_bits == 256) CHECK(info.cpu_avx2);
+  CHECK_THROWS_WITH_AS(measure_fma_peak(0), doctest::Contains("measure_fma_peak"), Error);
+  CHECK_THROWS_AS(measure_fma_peak(1001), Error);
 }
 
 TEST_CASE("measure_sgemm_gflops: a positive rate, and bad sizes are refused") {

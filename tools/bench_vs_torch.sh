@@ -8,8 +8,9 @@
 # the same OPENBLAS_CORETYPE (PyTorch runs its matmuls on that OpenBLAS set; heed on the code its
 # CpuGemm::Auto picks for it, named in the table: heed's AVX-512 kernel on AVX-512 CPUs, its AVX2
 # kernel where OpenBLAS is generic on an AVX2 CPU, else OpenBLAS); the medians, the ratio PyTorch / heed (> 1: heed is faster) and
-# heed's whole-step FLOP rate against the sgemm ceiling measured in the same process go into a
-# markdown table headed by the CPU model, the BLAS and each kernel set's ceiling.
+# heed's whole-step FLOP rate against the sgemm ceiling and the CPU's FMA peak measured in the same
+# process go into a markdown table headed by the CPU model, the BLAS and each kernel set's ceiling
+# and peak.
 #
 # Usage: tools/bench_vs_torch.sh [ROUNDS] (default 3) [--charlm] [--out FILE]
 #   --charlm   also time charlm against ../shared/bench/torch_charlm.py (the nanoGPT CPU
@@ -81,17 +82,18 @@ for set in $KERNEL_SETS; do
       heed_times+=("$(echo "$json" | field ms_per_step)")
       heed_gflops+=("$(echo "$json" | field gflops)")
       ceiling=$(echo "$json" | field sgemm_ceiling_gflops)
+      peak=$(echo "$json" | field fma_peak_gflops)
       heed_sgemm=$(echo "$json" | field sgemm)
       torch_times+=("$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_ref" $args | field ms_per_step)")
     done
     h=$(printf "%s\n" "${heed_times[@]}" | median)
     t=$(printf "%s\n" "${torch_times[@]}" | median)
     g=$(printf "%s\n" "${heed_gflops[@]}" | median)
-    share=$("$python" -c "print(f'{100 * $g / $ceiling:.0f}%')")
+    share=$("$python" -c "print(f'{100 * $g / $ceiling:.0f}% / {100 * $g / $peak:.0f}%')")
     rows+=("| $label | $heed_sgemm | \`${args%% --steps*}\` | $h | $t | **$(ratio "$t" "$h")x** | $g ($share) |")
     echo "done: $label $args" >&2
   done
-  ceilings+=("$label: heed's float32 matmuls on $heed_sgemm, sgemm 1024^3 ceiling $ceiling GFLOP/s")
+  ceilings+=("$label: heed's float32 matmuls on $heed_sgemm, sgemm 1024^3 ceiling $ceiling GFLOP/s, FMA peak $peak GFLOP/s")
   if [ "$charlm" = 1 ]; then
     [ -x "$heed_charlm" ] && [ -f "$torch_charlm" ] && [ -f "$data" ] || { echo "charlm, torch_charlm.py or data missing" >&2; exit 1; }
     h_line=$(env "${env_set[@]}" HEED_BLAS_WARNING=0 "$heed_charlm" --data "$data" --iters "$charlm_iters" --threads 2 --sample-tokens 0 --out-dir /tmp/bench_vs_torch_charlm | grep "training wall time")
@@ -109,7 +111,7 @@ ceilings_text=$(printf '%s; ' "${ceilings[@]}")
   echo "Machine: $cpu, 2 threads; $blas. ${ceilings_text%; }."
   echo "Medians of $rounds rounds, heed and PyTorch alternately (tools/bench_vs_torch.sh)."
   echo
-  echo "| OpenBLAS kernels (both sides) | heed's sgemm | case | heed ms | PyTorch ms | PyTorch / heed | heed GFLOP/s (of ceiling) |"
+  echo "| OpenBLAS kernels (both sides) | heed's sgemm | case | heed ms | PyTorch ms | PyTorch / heed | heed GFLOP/s (of ceiling / of FMA peak) |"
   echo "| --- | --- | --- | --- | --- | --- | --- |"
   printf "%s\n" "${rows[@]}"
 } | tee ${out:+"$out"}

@@ -4,7 +4,8 @@
 // peak_rss_mb) plus achieved GFLOP/s from the FLOP model below, and the machine it ran on: CPU
 // model, OpenBLAS kernel set (blas_core), the code that runs float32 matmuls (sgemm: "openblas",
 // "heed-avx512" or "heed-avx2", see heed/blas_info.h) and the measured sgemm ceiling at 1024^3
-// through that code with the same threads (sgemm_ceiling_gflops), so a figure is never quoted
+// through that code with the same threads (sgemm_ceiling_gflops), and the CPU's float32 FMA peak
+// with those threads (fma_peak_gflops, heed::measure_fma_peak), so a figure is never quoted
 // without what it is relative to.
 // --profile FILE (lm, attn): after the timed steps, the same number of steps again under
 // heed::profile::Profiler; writes the Chrome trace to FILE, the top-15 table to stderr, and
@@ -89,18 +90,21 @@ std::string memory_fields(const Options& o) {
   return out + "}";
 }
 
-// `, "cpu": ..., "blas_core": ..., "sgemm": ..., "sgemm_ceiling_gflops": ...` for the JSON line.
+// `, "cpu": ..., "blas_core": ..., "sgemm": ..., "sgemm_ceiling_gflops": ..., "fma_peak_gflops": ...` for
+// the JSON line: the ceiling a GEMM reaches here, and the CPU's FMA peak that bounds it.
 std::string machine_fields() {
   const BlasInfo info = blas_info();
   const double ceiling = measure_sgemm_gflops(1024, 3);
+  const FmaPeak peak = measure_fma_peak(3);
   std::string cpu;
   for (const char c : info.cpu_model)
     if (c != '"' && c != '\\') cpu += c;
   char buffer[512];
   std::snprintf(buffer, sizeof buffer,
                 ", \"cpu\": \"%s\", \"blas\": \"%s\", \"blas_core\": \"%s\", \"sgemm\": \"%s\", \"threads\": %d, "
-                "\"sgemm_ceiling_gflops\": %.1f",
-                cpu.c_str(), info.library.c_str(), info.core.c_str(), info.sgemm.c_str(), info.threads, ceiling);
+                "\"sgemm_ceiling_gflops\": %.1f, \"fma_peak_gflops\": %.1f, \"fma_peak_vector_bits\": %d",
+                cpu.c_str(), info.library.c_str(), info.core.c_str(), info.sgemm.c_str(), info.threads, ceiling,
+                peak.gflops, peak.vector_bits);
   return buffer;
 }
 

@@ -58,6 +58,19 @@ CpuGemm cpu_gemm();  // the choice in effect, Auto resolved
 // count (the best of `repeats` runs after one warm-up): the ceiling for whole-step FLOP rates.
 double measure_sgemm_gflops(int64_t d = 1024, int repeats = 3);
 
+// The CPU's float32 fused-multiply-add peak with the current thread count: GFLOP/s of
+// independent FMA chains held in registers, on the widest vectors heed's kernels use here
+// (vector_bits: 512 on AVX-512F CPUs, 256 with AVX2, 32 for a scalar build), the best of
+// `repeats` runs of about 0.06 s each. No matmul exceeds it: read against it, the sgemm ceiling
+// says how far from the machine's limit the GEMMs are (on a 2-core Zen 4 EPYC, 233 GFLOP/s
+// against a 196 GFLOP/s ceiling; the README's Performance section).
+struct FmaPeak {
+  double gflops = 0;
+  int vector_bits = 0;
+  int threads = 1;
+};
+FmaPeak measure_fma_peak(int repeats = 3);
+
 // The OPENBLAS_CORETYPE value that would replace OpenBLAS kernel set `core` on a CPU with these
 // features, or "" when `core` already uses the widest of AVX2/AVX-512 the CPU has (or it has
 // neither).

@@ -1,0 +1,115 @@
+// kernels/cpu/fma_peak.cpp — the float32 fused-multiply-add peak of this CPU, measured: what no
+// matmul can exceed, against which the sgemm ceiling and whole-step FLOP rates can be read.
+//
+// Why: the sgemm ceiling (a 1024^3 product) says what a GEMM reaches, not what the machine can
+// do; where both heed and the BLAS it is compared with run their matmuls near that ceiling, the
+// step's ratio is bounded by the matmuls' share of it, and only the FMA peak shows how far from
+// the machine's limit those matmuls still are (the README's Performance section uses it).
+//
+// Invariants: every thread runs kChains independent FMA chains (enough to cover the FMA latency
+// on every x86 CPU heed targets: 2 pipes x 4-5 cycles) on the widest vectors heed's kernels use
+// here (zmm where the CPU has AVX-512F, ymm with AVX2, scalar otherwise), entirely in registers;
+// the result feeds a sink so no chain is dropped. Nothing is allocated; the threads are heed's
+// (OpenMP) with the current count.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+
+#include "cpu_common.h"  // max_threads
+#include "cpu_kernels.h"
+#include "vec_math.h"  // HEED_HAVE_AVX2, vec_has_avx512f
+
+namespace heed::kernels::cpu {
+
+namespace {
+
+constexpr int kChains = 12;
+// x <- x * kScale + kShift converges to kShift / (1 - kScale) = 1 from any start: no overflow,
+// no denormals (which would slow some CPUs down), whatever the iteration count.
+constexpr float kScale = 0.999f, kShift = 0.001f;
+// Thread 0's result is written here, so no chain's work can be dropped as unused.
+volatile float fma_peak_sink = 0.0f;
+
+#if HEED_HAVE_AVX2
+__attribute__((target("avx512f,fma"))) float chains_512(int64_t iterations) {
+  __m512 x[kChains];
+  for (int i = 0; i < kChains; ++i) x[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 scale = _mm512_set1_ps(kScale), shift = _mm512_set1_ps(kShift);
+  for (int64_t n = 0; n < iterations; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) x[i] = _mm512_fmadd_ps(x[i], scale, shift);
+  }
+  __m512 sum = x[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, x[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  float total = 0.0f;
+  for (const float v : lanes) total += v;
+  return total;
+}
+
+float chains_256(int64_t iterations) {
+  __m256 x[kChains];
+  for (int i = 0; i < kChains; ++i) x[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 scale = _mm256_set1_ps(kScale), shift = _mm256_set1_ps(kShift);
+  for (int64_t n = 0; n < iterations; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) x[i] = _mm256_fmadd_ps(x[i], scale, shift);
+  }
+  __m256 sum = x[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm256_add_ps(sum, x[i]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+}
+#else
+float chains_scalar(int64_t iterations) {
+  float x[kChains];
+  for (int i = 0; i < kChains; ++i) x[i] = static_cast<float>(i);
+  for (int64_t n = 0; n < iterations; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) x[i] = std::fma(x[i], kScale, kShift);
+  }
+  float sum = 0.0f;
+  for (const float v : x) sum += v;
+  return sum;
+}
+#endif
+
+}  // namespace
+
+int fma_peak_vector_bits() {
+#if HEED_HAVE_AVX2
+  return vec_has_avx512f() ? 512 : 256;
+#else
+  return 32;
+#endif
+}
+
+double measure_fma_peak_gflops(int64_t iterations, int repeats) {
+  const int bits = fma_peak_vector_bits();
+  const int threads = max_threads();
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      float result = 0.0f;
+#if HEED_HAVE_AVX2
+      result = bits == 512 ? chains_512(iterations) : chains_256(iterations);
+#else
+      result = chains_scalar(iterations);
+#endif
+      if (omp_get_thread_num() == 0) fma_peak_sink = result;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double flops = 2.0 * kChains * (bits / 32) * static_cast<double>(iterations) * threads;
+    best = std::max(best, flops / std::max(seconds, 1e-9) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace heed::kernels::cpu
