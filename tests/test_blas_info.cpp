@@ -1,6 +1,7 @@
 // tests/test_blas_info.cpp — heed::blas_info reports the BLAS heed links and the kernel set it
 // runs; the OPENBLAS_CORETYPE advice is a pure function, checked on every case that matters
-// (the machine running the tests has one CPU, so the table covers the others).
+// (the machine running the tests has one CPU, so the table covers the others); the sgemm
+// ceiling and the FMA peak are positive rates (never timed against a threshold).
 #include <doctest/doctest.h>
 #include <heed/heed.h>
 
@@ -79,7 +80,8 @@ TEST_CASE("measure_fma_peak: a positive rate on the widest vectors heed uses her
   const FmaPeak peak = measure_fma_peak(1);
   CHECK(std::isfinite(peak.gflops));
   CHECK(peak.gflops > 0.0);
-  CHECK(peak.threads == get_num_threads());
+  CHECK(peak.threads >= 1);
+  CHECK(peak.threads <= get_num_threads());
   CHECK((peak.vector_bits == 32 || peak.vector_bits == 256 || peak.vector_bits == 512));
   const BlasInfo info = blas_info();
   if (peak.vector_bits == 512) CHECK(info.cpu_avx512);

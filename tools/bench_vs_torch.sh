@@ -74,7 +74,7 @@ rows=()
 ceilings=()
 for set in $KERNEL_SETS; do
   if [ "$set" = default ]; then env_set=(); label="$default_core (default)"; else env_set=(OPENBLAS_CORETYPE="$set"); label="$set (OPENBLAS_CORETYPE)"; fi
-  ceiling=""
+  ceiling="" peak=""
   for args in "${cases[@]}"; do
     heed_times=() torch_times=() heed_gflops=()
     for ((r = 0; r < rounds; r++)); do

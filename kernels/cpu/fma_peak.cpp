@@ -8,9 +8,11 @@
 //
 // Invariants: every thread runs kChains independent FMA chains (enough to cover the FMA latency
 // on every x86 CPU heed targets: 2 pipes x 4-5 cycles) on the widest vectors heed's kernels use
-// here (zmm where the CPU has AVX-512F, ymm with AVX2, scalar otherwise), entirely in registers;
-// the result feeds a sink so no chain is dropped. Nothing is allocated; the threads are heed's
-// (OpenMP) with the current count.
+// here (zmm where the CPU has AVX-512F, ymm with AVX2), entirely in registers; the chains' sum
+// over all threads feeds a sink so none is dropped; the FLOPs are counted for the threads that
+// actually ran. Nothing is allocated; the threads are heed's (OpenMP) with the current count.
+// A build without AVX2 (HEED_ARCH_FLAGS below x86-64-v3) measures scalar std::fma chains: the
+// peak of that build's own code, not of the CPU (OpenBLAS may still run wider kernels there).
 #include <omp.h>
 
 #include <algorithm>
@@ -30,7 +32,8 @@ constexpr int kChains = 12;
 // x <- x * kScale + kShift converges to kShift / (1 - kScale) = 1 from any start: no overflow,
 // no denormals (which would slow some CPUs down), whatever the iteration count.
 constexpr float kScale = 0.999f, kShift = 0.001f;
-// Thread 0's result is written here, so no chain's work can be dropped as unused.
+// The sum of every thread's chains is written here after each run, so no chain can be dropped as
+// unused. (Concurrent callers may both write it: its value is never read.)
 volatile float fma_peak_sink = 0.0f;
 
 #if HEED_HAVE_AVX2
@@ -83,31 +86,36 @@ float chains_scalar(int64_t iterations) {
 
 int fma_peak_vector_bits() {
 #if HEED_HAVE_AVX2
-  return vec_has_avx512f() ? 512 : 256;
+  // The CPU test itself, not vec_has_avx512f: HEED_VEC_WIDTH=8 narrows heed's element-wise loops,
+  // not the CPU (heed's AVX-512 sgemm still runs on zmm).
+  return heed_sgemm_supported(SgemmKernel::Avx512) ? 512 : 256;
 #else
   return 32;
 #endif
 }
 
-double measure_fma_peak_gflops(int64_t iterations, int repeats) {
+FmaPeakRun measure_fma_peak_gflops(int64_t iterations, int repeats) {
   const int bits = fma_peak_vector_bits();
-  const int threads = max_threads();
-  double best = 0.0;
+  FmaPeakRun best;
   for (int r = 0; r < repeats; ++r) {
+    int threads_ran = 1;
+    float total = 0.0f;  // every thread's chains feed it: none can be dropped as unused
     const auto start = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(max_threads()) reduction(+ : total)
     {
-      float result = 0.0f;
 #if HEED_HAVE_AVX2
-      result = bits == 512 ? chains_512(iterations) : chains_256(iterations);
+      total += bits == 512 ? chains_512(iterations) : chains_256(iterations);
 #else
-      result = chains_scalar(iterations);
+      total += chains_scalar(iterations);
 #endif
-      if (omp_get_thread_num() == 0) fma_peak_sink = result;
+#pragma omp single nowait
+      threads_ran = omp_get_num_threads();  // OpenMP may start fewer threads than asked for
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double flops = 2.0 * kChains * (bits / 32) * static_cast<double>(iterations) * threads;
-    best = std::max(best, flops / std::max(seconds, 1e-9) / 1e9);
+    fma_peak_sink = total;
+    const double flops = 2.0 * kChains * (bits / 32) * static_cast<double>(iterations) * threads_ran;
+    const double gflops = flops / std::max(seconds, 1e-9) / 1e9;
+    if (gflops > best.gflops) best = {gflops, threads_ran};
   }
   return best;
 }

@@ -1,5 +1,5 @@
 // heed/blas_info.h — which BLAS heed runs on, which of its kernel sets this CPU gets, and the
-// sgemm ceiling every performance figure should be quoted against.
+// sgemm ceiling and FMA peak every performance figure should be quoted against.
 //
 // Invariant: heed never changes the BLAS's choice itself (OPENBLAS_CORETYPE is read by
 // OpenBLAS when the library loads, before heed runs); it reports the choice, runs its own
@@ -59,11 +59,12 @@ CpuGemm cpu_gemm();  // the choice in effect, Auto resolved
 double measure_sgemm_gflops(int64_t d = 1024, int repeats = 3);
 
 // The CPU's float32 fused-multiply-add peak with the current thread count: GFLOP/s of
-// independent FMA chains held in registers, on the widest vectors heed's kernels use here
-// (vector_bits: 512 on AVX-512F CPUs, 256 with AVX2, 32 for a scalar build), the best of
-// `repeats` runs of about 0.06 s each. No matmul exceeds it: read against it, the sgemm ceiling
-// says how far from the machine's limit the GEMMs are (on a 2-core Zen 4 EPYC, 233 GFLOP/s
-// against a 196 GFLOP/s ceiling; the README's Performance section).
+// independent FMA chains held in registers, on the widest vectors heed's kernels use on this CPU
+// (vector_bits: 512 where it has AVX-512F, 256 with AVX2; 32 in a build without AVX2, where it
+// measures scalar code only), the best of `repeats` runs of a few hundredths of a second each;
+// threads: how many ran it. In an AVX2 build no float32 matmul exceeds it: read against it, the
+// sgemm ceiling says how far from the machine's limit the GEMMs are (the README's Performance
+// section). Bad repeats (outside 1..1000) is an Error.
 struct FmaPeak {
   double gflops = 0;
   int vector_bits = 0;
