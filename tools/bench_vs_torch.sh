@@ -61,7 +61,7 @@ if [ -z "${KERNEL_SETS:-}" ]; then
   case "$(echo "$default_core" | tr 'A-Z' 'a-z')" in
     skylakex | cooperlake | sapphirerapids) KERNEL_SETS="default Prescott" ;;
     haswell | zen)
-      # An AVX2 set: on an AVX-512 CPU (AMD Zen 4/5 under Debian 12's OpenBLAS) SkylakeX is faster.
+      # An AVX2 set: on an AVX-512 CPU (AMD Zen 5 under Debian 12's OpenBLAS) SkylakeX is faster.
       if grep -q avx512f /proc/cpuinfo; then KERNEL_SETS="default SkylakeX Prescott"; else KERNEL_SETS="default Prescott"; fi ;;
     *)
       if grep -q avx512f /proc/cpuinfo; then KERNEL_SETS="default SkylakeX"

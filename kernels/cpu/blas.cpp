@@ -5,7 +5,7 @@
 //
 // On the first gemm, when OpenBLAS picked a kernel set narrower than the CPU's vector units
 // (Debian 12's OpenBLAS 0.3.21 picks its generic pre-AVX2 set on Intel CPUs newer than itself,
-// and its AVX2 Haswell set on AMD's AVX-512 Zen 4 and Zen 5), heed measures what sgemm reaches
+// and its AVX2 Haswell set on AMD's AVX-512 Zen 5), heed measures what sgemm reaches
 // and says once on stderr which OPENBLAS_CORETYPE selects the faster kernels the library
 // already contains. HEED_BLAS_WARNING=0 silences it.
 //
@@ -335,7 +335,7 @@ const char* openblas_coretype_hint(const char* core, bool cpu_avx2, bool cpu_avx
   // OpenBLAS 0.3.21's kernel sets with AVX-512 FMA for sgemm: nothing faster to advise.
   if (is_avx512_core(core)) return "";
   // Its AVX2 sets are the fastest on an AVX2 CPU; on an AVX-512 CPU (0.3.21 picks Haswell on
-  // AMD's Zen 4 and Zen 5) the SkylakeX set is what newer OpenBLAS releases choose there.
+  // AMD's Zen 5; on a Zen 4 it chose Cooperlake) the SkylakeX set is what newer OpenBLAS releases choose there.
   if (is_avx2_core(core)) return cpu_avx512 ? "SkylakeX" : "";
   if (cpu_avx512) return "SkylakeX";
   return cpu_amd ? "Zen" : "Haswell";

@@ -3,7 +3,7 @@
 // thinks the CPU is).
 //
 // Why: OpenBLAS chooses its kernel set once, from a CPU table frozen at its release; Debian 12's
-// 0.3.21 runs its AVX2 set on AMD Zen 4/5 (half the FMA width those CPUs have) and its SSE3 set
+// 0.3.21 runs its AVX2 set on AMD Zen 5 (half the FMA width that CPU has) and its SSE3 set
 // on recent Xeons (a quarter of it). heed runs its AVX-512 kernel on every AVX-512 CPU (with one
 // block per thread it is ahead of OpenBLAS's AVX-512 set too) and its AVX2 kernel where OpenBLAS
 // runs a generic set on an AVX2 CPU (blas.cpp).

@@ -2,7 +2,7 @@
 // x head_dim), computed in registers (AVX2, and AVX-512 where the CPU has it) instead of BLAS.
 //
 // Why: OpenBLAS picks its kernels for the whole library at load time, and on CPUs it does not
-// know (Debian 12's 0.3.21 on a recent Xeon, or on AMD's Zen 4/5) those are its generic SSE3 or
+// know (Debian 12's 0.3.21 on a recent Xeon, or on AMD's Zen 5) those are its generic SSE3 or
 // its AVX2 kernels, which run these small products at a fraction of what the CPU can do. The
 // attention tiles need only C (m x n) = alpha * A B + beta * C with A read through two strides
 // (so A or A^T comes without a copy) and B row-major with unit column stride (B^T is transposed

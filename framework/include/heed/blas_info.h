@@ -25,7 +25,8 @@ struct BlasInfo {
   // "Haswell" or "Zen"), or "" when the core already uses the CPU's widest vector units. It is
   // set when the core is a generic (pre-AVX2) set on an AVX2/AVX-512 CPU (generic_kernels is
   // then true), or an AVX2 set (Haswell, Zen) on an AVX-512 CPU: Debian 12's OpenBLAS runs
-  // Haswell kernels on AMD's Zen 4/Zen 5, where SkylakeX's reach 2x the sgemm rate on Zen 5.
+  // Haswell kernels on AMD's Zen 5, where SkylakeX's reach 2x the sgemm rate (on a Zen 4 it picks
+  // its AVX-512 Cooperlake set itself).
   // Where the core needs instructions the CPU lacks (core_runs_here false), it names the CPU's
   // own set ("Zen" / "Haswell").
   bool generic_kernels = false;
