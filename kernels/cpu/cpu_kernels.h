@@ -80,15 +80,15 @@ const char* gemm_code_name(GemmCode code);
 // sgemm GFLOP/s of one d x d x d product through the gemm kernel (best of `repeats`).
 double measure_sgemm_gflops(int64_t d, int repeats);
 // The float32 FMA peak with the current thread count (fma_peak.cpp): GFLOP/s of `iterations`
-// rounds of independent FMA chains per thread on fma_peak_vector_bits()-wide vectors (512 where
-// the CPU has AVX-512F, 256 with AVX2, 32: scalar, a build without AVX2), the best of `repeats`,
-// with the number of threads that ran it.
+// rounds of independent FMA chains per thread on vector_bits-wide vectors (512 where the CPU has
+// AVX-512F, 256 with AVX2, 32: scalar, a build without AVX2), the best of `repeats`, with the
+// number of threads that ran it.
 struct FmaPeakRun {
   double gflops = 0;
+  int vector_bits = 32;
   int threads = 1;
 };
 FmaPeakRun measure_fma_peak_gflops(int64_t iterations, int repeats);
-int fma_peak_vector_bits();
 
 // Every kernel of HEED_FOR_EACH_KERNEL (kernels.h), with the signature of its table entry;
 // defined in the kernels/cpu/*.cpp file of its group (global_norm in clip_norm.cpp).

@@ -22,7 +22,7 @@
 
 #include "cpu_common.h"  // max_threads
 #include "cpu_kernels.h"
-#include "vec_math.h"  // HEED_HAVE_AVX2, vec_has_avx512f
+#include "vec_math.h"  // HEED_HAVE_AVX2 and <immintrin.h>
 
 namespace heed::kernels::cpu {
 
@@ -66,7 +66,9 @@ float chains_256(int64_t iterations) {
   for (int i = 1; i < kChains; ++i) sum = _mm256_add_ps(sum, x[i]);
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, sum);
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+  float total = 0.0f;
+  for (const float v : lanes) total += v;
+  return total;
 }
 #else
 float chains_scalar(int64_t iterations) {
@@ -82,9 +84,7 @@ float chains_scalar(int64_t iterations) {
 }
 #endif
 
-}  // namespace
-
-int fma_peak_vector_bits() {
+int vector_bits_here() {
 #if HEED_HAVE_AVX2
   // The CPU test itself, not vec_has_avx512f: HEED_VEC_WIDTH=8 narrows heed's element-wise loops,
   // not the CPU (heed's AVX-512 sgemm still runs on zmm).
@@ -94,9 +94,12 @@ int fma_peak_vector_bits() {
 #endif
 }
 
+}  // namespace
+
 FmaPeakRun measure_fma_peak_gflops(int64_t iterations, int repeats) {
-  const int bits = fma_peak_vector_bits();
+  const int bits = vector_bits_here();
   FmaPeakRun best;
+  best.vector_bits = bits;
   for (int r = 0; r < repeats; ++r) {
     int threads_ran = 1;
     float total = 0.0f;  // every thread's chains feed it: none can be dropped as unused
@@ -115,7 +118,10 @@ FmaPeakRun measure_fma_peak_gflops(int64_t iterations, int repeats) {
     fma_peak_sink = total;
     const double flops = 2.0 * kChains * (bits / 32) * static_cast<double>(iterations) * threads_ran;
     const double gflops = flops / std::max(seconds, 1e-9) / 1e9;
-    if (gflops > best.gflops) best = {gflops, threads_ran};
+    if (gflops > best.gflops) {
+      best.gflops = gflops;
+      best.threads = threads_ran;
+    }
   }
   return best;
 }

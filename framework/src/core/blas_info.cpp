@@ -79,7 +79,7 @@ FmaPeak measure_fma_peak(int repeats) {
   const kernels::cpu::FmaPeakRun run = kernels::cpu::measure_fma_peak_gflops(kIterations, repeats);
   FmaPeak peak;
   peak.gflops = run.gflops;
-  peak.vector_bits = kernels::cpu::fma_peak_vector_bits();
+  peak.vector_bits = run.vector_bits;
   peak.threads = run.threads;
   return peak;
 }
