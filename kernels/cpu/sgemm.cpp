@@ -65,6 +65,27 @@ float* scratch(int slot, int64_t floats) {
   return buffers[slot].get();
 }
 
+// out[0, lanes) = v's first `lanes` lanes (1 <= lanes <= 8), nothing past them, in plain stores of
+// 8, 4, 2 and 1 floats: AMD's Zen cores run the masked store (vmaskmovps) several times slower,
+// and the packing of a 14-row panel spent most of its time in them.
+inline void store_first_lanes(float* out, __m256 v, int64_t lanes) {
+  if (lanes == 8) return _mm256_storeu_ps(out, v);
+  __m128 part = _mm256_castps256_ps128(v);
+  if (lanes >= 4) {
+    _mm_storeu_ps(out, part);
+    part = _mm256_extractf128_ps(v, 1);
+    out += 4;
+    lanes -= 4;
+  }
+  if (lanes >= 2) {
+    _mm_storel_pi(reinterpret_cast<__m64*>(out), part);
+    part = _mm_movehl_ps(part, part);
+    out += 2;
+    lanes -= 2;
+  }
+  if (lanes == 1) _mm_store_ss(out, part);
+}
+
 // out[p * width + i] = src[i * ld + p] for i < rows, 0 for rows <= i < width, p < kc: the
 // transposing copy behind both packings whose source runs along p (op(A) = A, op(B) = B^T).
 // 8 x 8 blocks are transposed in ymm registers; the p tail is scalar.
@@ -72,8 +93,6 @@ void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, int
   alignas(32) static const float kZeroRow[kKc] = {};  // the source of rows past `rows` (kc <= kKc)
   for (int64_t i0 = 0; i0 < width; i0 += 8) {
     const int64_t valid = std::clamp<int64_t>(rows - i0, 0, 8), lanes = std::min<int64_t>(width - i0, 8);
-    const __m256i store_mask =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const float* row[8];  // chosen once per group: no per-load test in the loop below
     for (int i = 0; i < 8; ++i) row[i] = i < valid ? src + (i0 + i) * ld : kZeroRow;
     int64_t p0 = 0;
@@ -81,7 +100,7 @@ void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, int
       __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(row[i] + p0);
       transpose_8x8(r);
-      for (int q = 0; q < 8; ++q) _mm256_maskstore_ps(out + (p0 + q) * width + i0, store_mask, r[q]);
+      for (int q = 0; q < 8; ++q) store_first_lanes(out + (p0 + q) * width + i0, r[q], lanes);
     }
     for (; p0 < kc; ++p0)
       for (int64_t i = 0; i < lanes; ++i) out[p0 * width + i0 + i] = row[i][p0];
