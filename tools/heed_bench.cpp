@@ -305,10 +305,12 @@ int sgemm_case(const Options& o) {
     bool trans_a, trans_b;
     const char* form;
   };
-  const Shape shapes[] = {{2048, 768, 256, false, true, "A B^T"},
-                          {2048, 256, 1024, false, false, "A B"},
-                          {256, 1024, 2048, true, false, "A^T B"},
-                          {1024, 1024, 1024, false, false, "A B"}};
+  // The d256 lm step's products, then charlm's (the nanoGPT CPU recipe: 768 rows, widths 128 and 512),
+  // whose small sizes make packing a larger share of the work.
+  const Shape shapes[] = {{2048, 768, 256, false, true, "A B^T"},  {2048, 256, 1024, false, false, "A B"},
+                          {256, 1024, 2048, true, false, "A^T B"}, {1024, 1024, 1024, false, false, "A B"},
+                          {768, 128, 512, false, true, "A B^T"},   {768, 512, 128, false, true, "A B^T"},
+                          {768, 128, 512, false, false, "A B"},    {128, 512, 768, true, false, "A^T B"}};
   std::vector<CpuGemm> codes = {CpuGemm::Openblas, CpuGemm::HeedAvx2, CpuGemm::HeedAvx512};
   const CpuGemm saved = cpu_gemm();
   std::vector<CpuGemm> here;
@@ -376,12 +378,12 @@ int overhead_case(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  cli::ArgParser args(
-      "heed-bench",
-      "Benchmarks heed: `lm` (Transformer LM training step), `attn` (causal attention forward + "
-      "backward), `matmul` (sgemm through heed vs OpenBLAS), `sgemm` (the lm step's matmuls through every CPU "
-      "gemm code), `op-overhead`. Flags and work match "
-      "../shared/bench/torch_ref.py.");
+  cli::ArgParser args("heed-bench",
+                      "Benchmarks heed: `lm` (Transformer LM training step), `attn` (causal attention forward + "
+                      "backward), `matmul` (sgemm through heed vs OpenBLAS), `sgemm` (the lm step's and charlm's "
+                      "matmuls through every CPU "
+                      "gemm code), `op-overhead`. Flags and work match "
+                      "../shared/bench/torch_ref.py.");
   args.add_positional("CASE", &o.kind, "lm | attn | matmul | sgemm | op-overhead");
   args.add_int("vocab", &o.vocab, "vocabulary (lm)", 2, 1 << 24);
   args.add_int("d", &o.d, "model width (lm), heads * head dim (attn)", 1, 1 << 20);
