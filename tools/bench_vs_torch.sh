@@ -14,7 +14,9 @@
 #
 # Usage: tools/bench_vs_torch.sh [ROUNDS] (default 3) [--charlm] [--out FILE]
 #   --charlm   also time charlm against ../shared/bench/torch_charlm.py (the nanoGPT CPU
-#              recipe; CHARLM_ITERS iterations, default 2000, one round: minutes per side)
+#              recipe; CHARLM_ITERS iterations, default 2000; CHARLM_ROUNDS alternating pairs,
+#              default 1, minutes per side each: the row gives the medians and, with several
+#              pairs, the range of the pairs' ratios, as PyTorch's time spreads by 15% or more)
 #   --out FILE write the table to FILE as well (default: stdout only)
 # Environment: HEED_BENCH (default build/release/tools/heed-bench), HEED_CHARLM (default
 # build/release/examples/charlm), TORCH_REF, TORCH_CHARLM, DATA (tinyshakespeare.txt),
@@ -37,6 +39,7 @@ torch_ref=${TORCH_REF:-../shared/bench/torch_ref.py}
 torch_charlm=${TORCH_CHARLM:-../shared/bench/torch_charlm.py}
 data=${DATA:-../shared/data/tinyshakespeare.txt}
 charlm_iters=${CHARLM_ITERS:-2000}
+charlm_rounds=${CHARLM_ROUNDS:-1}
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$heed_bench" ] || { echo "build heed first (./build.sh build): $heed_bench not found" >&2; exit 1; }
 [ -f "$torch_ref" ] || { echo "PyTorch reference not found: $torch_ref" >&2; exit 1; }
@@ -96,13 +99,24 @@ for set in $KERNEL_SETS; do
   ceilings+=("$label: heed's float32 matmuls on $heed_sgemm, sgemm 1024^3 ceiling $ceiling GFLOP/s, FMA peak $peak GFLOP/s")
   if [ "$charlm" = 1 ]; then
     [ -x "$heed_charlm" ] && [ -f "$torch_charlm" ] && [ -f "$data" ] || { echo "charlm, torch_charlm.py or data missing" >&2; exit 1; }
-    h_line=$(env "${env_set[@]}" HEED_BLAS_WARNING=0 "$heed_charlm" --data "$data" --iters "$charlm_iters" --threads 2 --sample-tokens 0 --out-dir /tmp/bench_vs_torch_charlm | grep "training wall time")
-    h_ms=$(echo "$h_line" | sed -E 's/.*, ([0-9.]+) ms\/iter.*/\1/')
-    h_val=$(echo "$h_line" | sed -E 's/.*final validation loss ([0-9.]+).*/\1/')
-    t_json=$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_charlm" "$data" "$charlm_iters")
-    t_ms=$(echo "$t_json" | field ms_per_iter)
-    t_val=$(echo "$t_json" | field val_loss)
-    rows+=("| $label | $heed_sgemm | charlm, nanoGPT CPU recipe, $charlm_iters iters (val loss heed $h_val, PyTorch $(printf %.4f "$t_val")) | $h_ms | $t_ms | **$(ratio "$t_ms" "$h_ms")x** | |")
+    h_times=() t_times=() pair_ratios=()
+    for ((r = 0; r < charlm_rounds; r++)); do
+      h_line=$(env "${env_set[@]}" HEED_BLAS_WARNING=0 "$heed_charlm" --data "$data" --iters "$charlm_iters" --threads 2 --sample-tokens 0 --out-dir /tmp/bench_vs_torch_charlm | grep "training wall time")
+      h_times+=("$(echo "$h_line" | sed -E 's/.*, ([0-9.]+) ms\/iter.*/\1/')")
+      h_val=$(echo "$h_line" | sed -E 's/.*final validation loss ([0-9.]+).*/\1/')
+      t_json=$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_charlm" "$data" "$charlm_iters")
+      t_times+=("$(echo "$t_json" | field ms_per_iter)")
+      t_val=$(echo "$t_json" | field val_loss)
+      pair_ratios+=("$(ratio "${t_times[-1]}" "${h_times[-1]}")")
+    done
+    h_ms=$(printf "%s\n" "${h_times[@]}" | median)
+    t_ms=$(printf "%s\n" "${t_times[@]}" | median)
+    pairs=""
+    if [ "$charlm_rounds" -gt 1 ]; then
+      sorted=$(printf "%s\n" "${pair_ratios[@]}" | sort -g)
+      pairs="; medians of $charlm_rounds pairs, per pair $(echo "$sorted" | head -1)x-$(echo "$sorted" | tail -1)x"
+    fi
+    rows+=("| $label | $heed_sgemm | charlm, nanoGPT CPU recipe, $charlm_iters iters (val loss heed $h_val, PyTorch $(printf %.4f "$t_val")$pairs) | $h_ms | $t_ms | **$(ratio "$t_ms" "$h_ms")x** | |")
   fi
 done
 

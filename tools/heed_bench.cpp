@@ -297,7 +297,8 @@ int matmul_case(const Options& o) {
 }
 
 // sgemm: the float32 matmuls of the lm step (d 256, B16 T128: forward, input gradient, weight
-// gradient) and a 1024^3 square through every CPU gemm code this CPU has (heed::CpuGemm), with
+// gradient), a 1024^3 square and four of charlm's small products through every CPU gemm code this
+// CPU has (heed::CpuGemm), with
 // the current threads, alternately in one process; one JSON line per shape.
 int sgemm_case(const Options& o) {
   struct Shape {
@@ -305,7 +306,7 @@ int sgemm_case(const Options& o) {
     bool trans_a, trans_b;
     const char* form;
   };
-  // The d256 lm step's products, then charlm's (the nanoGPT CPU recipe: 768 rows, widths 128 and 512),
+  // The d256 lm step's products, then charlm's (the nanoGPT CPU recipe: 768 tokens, widths 128 and 512),
   // whose small sizes make packing a larger share of the work.
   const Shape shapes[] = {{2048, 768, 256, false, true, "A B^T"},  {2048, 256, 1024, false, false, "A B"},
                           {256, 1024, 2048, true, false, "A^T B"}, {1024, 1024, 1024, false, false, "A B"},

@@ -114,8 +114,10 @@ namespace {
 // sets, its SkylakeX set included: one block per thread instead of shape-only blocks, the
 // bias gradient summed while packing; README, "Which BLAS kernels run"); heed's AVX2 kernel on
 // an AVX2 CPU where OpenBLAS runs a generic set (what openblas_coretype_hint reports);
-// OpenBLAS where it runs its AVX2 set on an AVX2 CPU (level with heed's AVX2 kernel, and the
-// library users compare with) or where heed's kernels are not built.
+// OpenBLAS where it runs its AVX2 set on an AVX2 CPU (level with heed's AVX2 kernel on the Zen 3
+// of stop 34, and the library users compare with; heed's kernel has been ahead on a Zen 4 forced
+// to AVX2 since stop 36's packing fix, not yet confirmed on an AVX2-only CPU) or where heed's
+// kernels are not built.
 GemmCode resolve(GemmCode code) {
   if (code != GemmCode::Auto) return code;
   if (heed_sgemm_supported(SgemmKernel::Avx512)) return GemmCode::HeedAvx512;
