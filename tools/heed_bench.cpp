@@ -298,8 +298,8 @@ int matmul_case(const Options& o) {
 
 // sgemm: the float32 matmuls of the lm step (d 256, B16 T128: forward, input gradient, weight
 // gradient), a 1024^3 square and four of charlm's small products through every CPU gemm code this
-// CPU has (heed::CpuGemm), with
-// the current threads, alternately in one process; one JSON line per shape.
+// CPU has (heed::CpuGemm), with the current threads, alternately in one process; one JSON line per
+// shape.
 int sgemm_case(const Options& o) {
   struct Shape {
     int64_t m, n, k;
@@ -382,8 +382,7 @@ int main(int argc, char** argv) {
   cli::ArgParser args("heed-bench",
                       "Benchmarks heed: `lm` (Transformer LM training step), `attn` (causal attention forward + "
                       "backward), `matmul` (sgemm through heed vs OpenBLAS), `sgemm` (the lm step's and charlm's "
-                      "matmuls through every CPU "
-                      "gemm code), `op-overhead`. Flags and work match "
+                      "matmuls through every CPU gemm code), `op-overhead`. Flags and work match "
                       "../shared/bench/torch_ref.py.");
   args.add_positional("CASE", &o.kind, "lm | attn | matmul | sgemm | op-overhead");
   args.add_int("vocab", &o.vocab, "vocabulary (lm)", 2, 1 << 24);
