@@ -310,11 +310,13 @@ TEST_CASE(
   // thread, over two NC blocks (the rows summed in the first only). The AVX-512 kernel reads A^T
   // in place (its full panels summed after their first tile) except beside B read in place with
   // rows 2 KiB apart: m = 200, n = 512 (its blocks then have at most two MC blocks of rows), where
-  // A^T is packed and summed while copied, as the AVX2 kernel always does.
+  // A^T is packed and summed while copied, as the AVX2 kernel always does, and except when A's own
+  // rows are 4 KiB apart (m = 1024); B's rows 4 KiB apart (n = 1024) are packed even beside few
+  // rows of C (m = 200).
   const int64_t k = 600;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{389, 128}, {389, 4200}, {200, 512}}) {
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{389, 128}, {389, 4200}, {200, 512}, {1024, 64}, {200, 1024}}) {
     std::vector<float> a(static_cast<size_t>(k * m));
     for (float& v : a) v = normal(rng);
     std::vector<double> want(static_cast<size_t>(m), 0.0);  // in p order, in double, as specified

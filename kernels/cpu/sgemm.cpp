@@ -46,6 +46,14 @@ constexpr int64_t kKc = 256;       // depth of one packed slice: KC x NR floats 
 constexpr int64_t kMcPanels = 12;  // MR-row panels of A packed at once: MC x KC floats stay in L2
 constexpr int64_t kNc = 4096;      // columns of C per block: a packed KC x NC slice of B is at most 4 MiB
 
+// True when rows `ld` floats apart all fall into the same L1 set: a multiple of 4 KiB (64 sets of
+// 64-byte lines on the Zen 4 and 5 and on Intel's cores since Skylake), so the 256 rows of a KC
+// slice read in place compete for that set's 8-12 ways and are fetched from L2 again by every
+// tile. Operands with such rows are packed instead: on a Zen 4 with cold operands (as in a
+// training step), the lm step's weight gradients 256 x 1024 x 2048 (B's rows 4 KiB apart) ran
+// 171 -> 183 GFLOP/s and 1024 x 256 x 2048 (A's) 172 -> 182, every other shape unchanged.
+inline bool l1_aliasing(int64_t ld) { return ld % 1024 == 0; }
+
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };
@@ -355,9 +363,9 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
       // op(B) = B is read in place for every full sliver when the block has at most two MC row
       // blocks (its KC x NR sliver is NR floats of each of KC rows, ldb apart: for few rows,
       // copying it cost the weight gradients up to a fifth of their time, waiting on B's rows from
-      // memory; for many, the packed copy's reuse wins: 1024^3 ran 10% slower in place); only a
-      // partial last sliver is packed (zero-padded).
-      const int64_t full_slivers = !trans_b && m <= 2 * kMc ? nc / NR : 0;
+      // memory; for many, the packed copy's reuse wins: 1024^3 ran 10% slower in place), unless
+      // its rows alias in L1 (l1_aliasing); only a partial last sliver is packed (zero-padded).
+      const int64_t full_slivers = !trans_b && m <= 2 * kMc && !l1_aliasing(ldb) ? nc / NR : 0;
       if (full_slivers < n_slivers)
         pack_b<NR>(trans_b, b_block + full_slivers * NR, ldb, nc - full_slivers * NR, p0, kc, packed_b);
       // With the AVX-512 kernel, op(A) = A^T is read in place in every full panel (for each p its
@@ -365,10 +373,11 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
       // on memory, a tenth to a fifth of the weight gradients' time. Not when B's slivers are read
       // in place too with rows a multiple of 2 KiB apart: then B's rows share a few L1 sets and the
       // packed copy of A is faster; not with the AVX2 kernel, whose 6-row panels use 24 bytes of
-      // each line they touch (9% slower in place). Only a partial last panel is packed
+      // each line they touch (9% slower in place); nor when A's own rows alias in L1
+      // (l1_aliasing). Only a partial last panel is packed
       // (zero-padded); the in-place panels' row sums are taken right after their tile with the
       // first sliver (copy_and_sum_panel without the copy: the same adds, in p order).
-      const bool a_in_place = MR == kMr512 && trans_a && !(full_slivers > 0 && ldb % 512 == 0);
+      const bool a_in_place = MR == kMr512 && trans_a && !l1_aliasing(lda) && !(full_slivers > 0 && ldb % 512 == 0);
       for (int64_t i0 = 0; i0 < m; i0 += kMc) {
         const int64_t mc = std::min(kMc, m - i0);
         const int64_t m_panels = (mc + MR - 1) / MR;
