@@ -71,6 +71,7 @@ struct Options {
   std::string device = "cpu";               // lm and attn: cpu or cuda
   std::string profile_path;                 // lm and attn: Chrome trace of extra profiled steps
   bool memory = false;                      // lm and attn: print heed::memory_stats after the timed steps
+  bool cold = false;                        // sgemm: evict the caches before every timed product
   bool recompute = false;                   // lm: checkpoint every block (TransformerLMOptions::recompute)
   std::string amp = "none";                 // lm: none, bf16 or fp16 (autocast; fp16 with a GradScaler)
   std::string activation = "gelu";          // lm: the feed-forward activation (gelu, gelu_tanh, relu)
@@ -296,10 +297,11 @@ int matmul_case(const Options& o) {
   return 0;
 }
 
-// sgemm: the float32 matmuls of the lm step (d 256, B16 T128: forward, input gradient, weight
-// gradient), a 1024^3 square and four of charlm's small products through every CPU gemm code this
-// CPU has (heed::CpuGemm), with the current threads, alternately in one process; one JSON line per
-// shape.
+// sgemm: the float32 matmuls of the lm step (d 256, B16 T128: forward, input gradient, its three
+// weight-gradient shapes), a 1024^3 square and four of charlm's small products through every CPU
+// gemm code this CPU has (heed::CpuGemm), with the current threads, alternately in one process; one
+// JSON line per shape. With --cold every timed product starts with its operands out of the caches
+// (64 MiB written first, outside the timing), as a step finds its weight gradients' inputs.
 int sgemm_case(const Options& o) {
   struct Shape {
     int64_t m, n, k;
@@ -309,7 +311,8 @@ int sgemm_case(const Options& o) {
   // The d256 lm step's products, then charlm's (the nanoGPT CPU recipe: 768 tokens, widths 128 and 512),
   // whose small sizes make packing a larger share of the work.
   const Shape shapes[] = {{2048, 768, 256, false, true, "A B^T"},  {2048, 256, 1024, false, false, "A B"},
-                          {256, 1024, 2048, true, false, "A^T B"}, {1024, 1024, 1024, false, false, "A B"},
+                          {256, 1024, 2048, true, false, "A^T B"}, {1024, 256, 2048, true, false, "A^T B"},
+                          {768, 256, 2048, true, false, "A^T B"},  {1024, 1024, 1024, false, false, "A B"},
                           {768, 128, 512, false, true, "A B^T"},   {768, 512, 128, false, true, "A B^T"},
                           {768, 128, 512, false, false, "A B"},    {128, 512, 768, true, false, "A^T B"}};
   std::vector<CpuGemm> codes = {CpuGemm::Openblas, CpuGemm::HeedAvx2, CpuGemm::HeedAvx512};
@@ -323,6 +326,7 @@ int sgemm_case(const Options& o) {
     }
   }
   manual_seed(0);
+  std::vector<float> evict(o.cold ? (64 << 20) / sizeof(float) : 0);
   for (const Shape& s : shapes) {
     const Tensor a = s.trans_a ? randn({s.k, s.m}).t() : randn({s.m, s.k});
     const Tensor b = s.trans_b ? randn({s.n, s.k}).t() : randn({s.k, s.n});
@@ -330,6 +334,7 @@ int sgemm_case(const Options& o) {
     for (int64_t i = 0; i < o.warmup + o.steps; ++i)
       for (size_t c = 0; c < here.size(); ++c) {  // the codes alternately
         set_cpu_gemm(here[c]);
+        for (size_t q = 0; q < evict.size(); q += 16) evict[q] += 1.0f;  // one write per 64-byte line
         const double t0 = now_seconds();
         const Tensor r = matmul(a, b);
         if (i >= o.warmup) seconds[c].push_back(now_seconds() - t0);
@@ -341,8 +346,8 @@ int sgemm_case(const Options& o) {
       rates += fmt::format("{}\"{}\": {:.1f}", c ? ", " : "", blas_info().sgemm, flops / median(seconds[c]) / 1e9);
     }
     set_cpu_gemm(saved);
-    std::printf("{\"case\": \"sgemm %lldx%lldx%lld %s\", \"gflops_by_code\": {%s}%s}\n", static_cast<long long>(s.m),
-                static_cast<long long>(s.n), static_cast<long long>(s.k), s.form, rates.c_str(),
+    std::printf("{\"case\": \"sgemm %lldx%lldx%lld %s%s\", \"gflops_by_code\": {%s}%s}\n", static_cast<long long>(s.m),
+                static_cast<long long>(s.n), static_cast<long long>(s.k), s.form, o.cold ? " cold" : "", rates.c_str(),
                 machine_fields().c_str());
   }
   return 0;
@@ -396,6 +401,9 @@ int main(int argc, char** argv) {
   args.add_int("threads", &o.threads, "threads", 1, 1024);
   args.add_string("device", &o.device, "cpu or cuda (lm, attn)");
   args.add_flag("memory", &o.memory, "print heed::memory_stats (live and peak bytes by category) on stderr (lm)");
+  args.add_flag("cold", &o.cold,
+                "sgemm: write 64 MiB before every timed product, so its operands come from memory as in a training "
+                "step");
   args.add_string("amp", &o.amp, "lm: mixed precision (autocast; fp16 with a GradScaler), as torch.autocast",
                   {"none", "bf16", "fp16"});
   args.add_string("activation", &o.activation, "lm: the feed-forward activation (gelu is the erf form)",
