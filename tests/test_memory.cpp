@@ -5,7 +5,8 @@
 //
 // Under AddressSanitizer freed memory sits in ASan's quarantine (it grows the resident set by
 // design), so the VmRSS bound is checked only in non-ASan builds; the allocator checks, and
-// LeakSanitizer at exit, cover that build. A second case checks the bound on the cache.
+// LeakSanitizer at exit, cover that build. A second case checks the bound on the cache, a third
+// that large blocks sit on 2 MiB boundaries (the huge pages of system_allocate).
 #include <doctest/doctest.h>
 
 #include <heed/heed.h>
@@ -15,6 +16,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HEED_TEST_UNDER_ASAN 1
@@ -124,4 +127,24 @@ TEST_CASE("the allocator's cache stays within the in-use high-water mark plus it
   const uint64_t hits = end.cache_hits;
   { const Tensor again = empty({int64_t{224} << 18}); }
   CHECK(cpu_allocator_stats().cache_hits == hits + 1);
+}
+
+TEST_CASE("blocks of 2 MiB and more sit on 2 MiB boundaries (huge pages), smaller ones on 64 bytes") {
+  // system_allocate: the whole 2 MiB pages of a large block are advised onto transparent huge
+  // pages unless HEED_HUGE_PAGES=0; whether the kernel grants them is the system's business, so
+  // only the alignment is checked (and what the kernel did is reported).
+  const bool huge = kernels::cpu::huge_pages_enabled();
+  for (int64_t floats : {int64_t{3} << 18, int64_t{5} << 19, int64_t{1} << 20}) {  // 3, 10 and 4 MiB
+    const Tensor block = ones({floats});
+    const auto address = reinterpret_cast<uintptr_t>(block.data_ptr<float>());
+    CAPTURE(floats);
+    CHECK(address % 64 == 0);
+    if (huge) CHECK(address % kernels::cpu::kHugePageBytes == 0);
+    CHECK(block.sum().item<double>() == static_cast<double>(floats));  // every byte writable
+  }
+  for (int64_t floats : {int64_t{1}, int64_t{1000}, int64_t{(1 << 19) - 100}}) {  // under 2 MiB
+    const Tensor block = ones({floats});
+    CHECK(reinterpret_cast<uintptr_t>(block.data_ptr<float>()) % 64 == 0);
+  }
+  if (!huge) MESSAGE("HEED_HUGE_PAGES=0: large blocks keep 4 KiB pages (their 64-byte alignment checked only)");
 }

@@ -9,10 +9,17 @@
 // more than its tensors' peak (no second copy of the working set in blocks of the wrong
 // sizes, such as an initialiser's float64 temporaries), and a step whose sizes repeat still
 // finds every block in the cache. Thread safe.
+// Blocks of 2 MiB and more are 2 MiB aligned and advised onto transparent huge pages
+// (system_allocate; HEED_HUGE_PAGES=0 keeps 4 KiB pages): Debian's default THP mode ("madvise")
+// gives them only to memory that asks, and a training step's gemms walk their operands with
+// strides that cost a TLB miss per 4 KiB page (on a Zen 4 the d256 lm step's matmuls ran 3% faster
+// with them).
+#include <sys/mman.h>
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "cpu_kernels.h"
@@ -79,10 +86,10 @@ struct CachingAllocator {
       released = take_blocks_over_budget();
     }
     for (void* block : released) std::free(block);
-    void* p = std::aligned_alloc(kAlignment, cls);
+    void* p = kernels::cpu::system_allocate(cls);
     if (!p) {
       release_cache();  // try again with the cache returned to the system
-      p = std::aligned_alloc(kAlignment, cls);
+      p = kernels::cpu::system_allocate(cls);
     }
     if (!p) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -132,6 +139,22 @@ AllocatorStats cpu_allocator_stats() {
 void cpu_empty_cache() { allocator().release_cache(); }
 
 namespace kernels::cpu {
+bool huge_pages_enabled() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("HEED_HUGE_PAGES");
+    return !(setting && std::string(setting) == "0");
+  }();
+  return enabled;
+}
+
+void* system_allocate(size_t bytes) {
+  if (bytes < kHugePageBytes || !huge_pages_enabled()) return std::aligned_alloc(kAlignment, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(kHugePageBytes, bytes);
+  // Advice only: where transparent huge pages are off (or the kernel refuses), 4 KiB pages it is.
+  if (p) (void)madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
+  return p;
+}
+
 void* allocate(size_t nbytes) { return heed::allocator().allocate(nbytes); }
 void deallocate(void* ptr, size_t nbytes) { heed::allocator().deallocate(ptr, nbytes); }
 void copy_host(void* dst, const void* src, size_t nbytes, bool /*to_host*/) {

@@ -63,9 +63,10 @@ float* scratch(int slot, int64_t floats) {
   thread_local std::unique_ptr<float, AlignedFree> buffers[2];
   thread_local int64_t sizes[2] = {0, 0};
   if (sizes[slot] < floats) {
-    const int64_t rounded = (floats + 15) / 16 * 16;  // a multiple of 64 bytes, as aligned_alloc needs
+    const int64_t rounded = (floats + 15) / 16 * 16;  // a multiple of 64 bytes
+    // (B's packed slice reaches 4 MiB: system_allocate puts such buffers on huge pages)
     std::unique_ptr<float, AlignedFree> grown(
-        static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(rounded) * sizeof(float))));
+        static_cast<float*>(system_allocate(static_cast<size_t>(rounded) * sizeof(float))));
     HEED_CHECK(grown != nullptr, "gemm", "could not allocate a {}-float packing buffer", rounded);
     buffers[slot] = std::move(grown);
     sizes[slot] = rounded;
