@@ -11,8 +11,9 @@
 // (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
 // packed), op(A) per MR x KC panel in blocks of MC = 12 panels (op(A) = A^T is read in place by
 // the AVX-512 kernel, its panels' rows being A's rows, except beside B read in place with rows
-// 2 KiB apart; only a partial last panel is packed), and an MR x NR register tile accumulates
-// over KC.
+// 2 KiB apart; only a partial last panel is packed; operands with rows 4 KiB apart are always
+// packed, l1_aliasing), and an MR x NR register tile accumulates over KC while it prefetches the
+// rows of the next in-place sliver of B and panel of A^T (RowPrefetch).
 //
 // Invariants:
 // - every C element is one float accumulator per KC slice, fed p in increasing order with fused
@@ -225,6 +226,41 @@ void store_edge(const float* tile, int64_t rows, int64_t cols, float* c, int64_t
     }
 }
 
+// Rows a tile kernel brings into L1 while it runs: `count` rows `ld` floats apart from `rows`, one
+// row every `every` steps of p, as the lines holding its floats 0 and `second_line` (a 32-float
+// sliver or a 14-float panel row may span two 64-byte lines); none when rows is null. Prefetches
+// change no arithmetic.
+struct RowPrefetch {
+  const float* rows = nullptr;
+  int64_t ld = 0, count = 0, every = 1, second_line = 0;
+};
+
+// A tile kernel's two prefetch streams as it runs: step() once per p.
+class Prefetcher {
+ public:
+  explicit Prefetcher(const RowPrefetch (&streams)[2]) : streams_(streams) {
+    for (int q = 0; q < 2; ++q) {
+      next_[q] = streams[q].rows;
+      rows_left_[q] = next_[q] != nullptr ? streams[q].count : 0;
+    }
+  }
+  inline void step() {
+    for (int q = 0; q < 2; ++q)
+      if (rows_left_[q] > 0 && --countdown_[q] == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(next_[q]), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(next_[q] + streams_[q].second_line), _MM_HINT_T0);
+        next_[q] += streams_[q].ld;
+        countdown_[q] = streams_[q].every;
+        --rows_left_[q];
+      }
+  }
+
+ private:
+  const RowPrefetch (&streams_)[2];
+  const float* next_[2];
+  int64_t rows_left_[2], countdown_[2] = {1, 1};
+};
+
 // ---- AVX-512: a 14 x 32 tile in 28 zmm accumulators -------------------------------------------
 
 constexpr int kMr512 = 14, kNr512 = 32;
@@ -251,7 +287,8 @@ __attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m
 
 __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
                                                      int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
-                                                     bool first, const float* bias, int64_t ldpb, int64_t a_step) {
+                                                     bool first, const float* bias, int64_t ldpb, int64_t a_step,
+                                                     const RowPrefetch (&prefetch)[2]) {
   __m512 acc[kMr512][2];
 #pragma GCC unroll 14
   for (int i = 0; i < kMr512; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -259,7 +296,9 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }
+  Prefetcher prefetcher(prefetch);
   for (int64_t p = 0; p < kc; ++p) {
+    prefetcher.step();
     const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < kMr512; ++i) {
@@ -309,11 +348,14 @@ inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, flo
 }
 
 void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
-              float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step) {
+              float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
+              const RowPrefetch (&prefetch)[2]) {
   __m256 acc[kMr256][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  Prefetcher prefetcher(prefetch);
   for (int64_t p = 0; p < kc; ++p) {
+    prefetcher.step();
     const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < kMr256; ++i) {
@@ -398,8 +440,22 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
             const int64_t rows = std::min<int64_t>(MR, mc - r * MR);
             const bool panel_in_place = r < in_place_panels;
             const float* pa = panel_in_place ? a + p0 * lda + i0 + r * MR : packed_a + (r - in_place_panels) * MR * kc;
+            // While a tile runs it brings into L1 what a later tile will read from memory: its
+            // share (1 / m_panels of the rows) of the next in-place sliver of B (then the next
+            // sliver's first tile finds it in L1/L2 instead of waiting on rows ldb apart, which
+            // the hardware prefetchers do not follow), and with the first sliver, the next in-place
+            // panel of A^T (each panel's first tile waits on A's rows, lda apart, the same way).
+            RowPrefetch prefetch[2];
+            if (in_place && s + 1 < full_slivers) {
+              const int64_t share = (kc + m_panels - 1) / m_panels, p_lo = r * share;
+              if (p_lo < kc) {
+                const int64_t count = std::min(share, kc - p_lo);
+                prefetch[0] = {pb + NR + p_lo * ldb, ldb, count, std::max<int64_t>(1, kc / count), NR / 2};
+              }
+            }
+            if (s == 0 && r + 1 < in_place_panels) prefetch[1] = {pa + MR, lda, kc, 1, MR - 1};
             tile(kc, pa, pb, c + (i0 + r * MR) * ldc + j0 + s * NR, ldc, rows, cols, alpha, beta, first, sliver_bias,
-                 ldpb, panel_in_place ? lda : MR);
+                 ldpb, panel_in_place ? lda : MR, prefetch);
             if (panel_in_place && s == 0 && row_sums != nullptr)
               copy_and_sum_panel<MR>(pa, lda, kc, nullptr, row_sums + i0 + r * MR);
           }
