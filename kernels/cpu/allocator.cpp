@@ -9,17 +9,20 @@
 // more than its tensors' peak (no second copy of the working set in blocks of the wrong
 // sizes, such as an initialiser's float64 temporaries), and a step whose sizes repeat still
 // finds every block in the cache. Thread safe.
-// Blocks of 2 MiB and more are 2 MiB aligned and advised onto transparent huge pages
-// (system_allocate; HEED_HUGE_PAGES=0 keeps 4 KiB pages): Debian's default THP mode ("madvise")
-// gives them only to memory that asks, and a training step's gemms walk their operands with
-// strides that cost a TLB miss per 4 KiB page (on a Zen 4 the d256 lm step's matmuls ran 3% faster
+// Blocks of 2 MiB and more are mapped on their own from a 2 MiB boundary and advised onto
+// transparent huge pages (system_allocate; HEED_HUGE_PAGES=0 keeps 4 KiB pages and the malloc
+// heap): Debian's default THP mode ("madvise") gives them only to memory that asks, and a training step's gemms walk
+// their operands with strides that cost a TLB miss per 4 KiB page (on a Zen 4 the d256 lm step's matmuls ran 3% faster
 // with them).
 #include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
-#include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu_kernels.h"
@@ -51,13 +54,13 @@ struct CachingAllocator {
   size_t budget() const { return stats.peak_bytes_in_use + std::max(kMinSlackBytes, stats.peak_bytes_in_use / 16); }
   // Under the lock: takes cached blocks, largest classes first, until the bytes held fit the
   // budget; the caller frees them after unlocking.
-  std::vector<void*> take_blocks_over_budget() {
-    std::vector<void*> released;
+  std::vector<std::pair<void*, size_t>> take_blocks_over_budget() {
+    std::vector<std::pair<void*, size_t>> released;
     const auto over_budget = [&] { return stats.bytes_in_use + stats.bytes_cached > budget(); };
     for (auto it = free_blocks.rbegin(); it != free_blocks.rend() && over_budget(); ++it) {
       std::vector<void*>& blocks = it->second;  // (a class's list stays, possibly empty)
       while (!blocks.empty() && over_budget()) {
-        released.push_back(blocks.back());
+        released.emplace_back(blocks.back(), it->first);
         blocks.pop_back();
         stats.bytes_cached -= it->first;
       }
@@ -67,7 +70,7 @@ struct CachingAllocator {
 
   void* allocate(size_t n) {
     const size_t cls = size_class(n);
-    std::vector<void*> released;
+    std::vector<std::pair<void*, size_t>> released;
     {
       std::lock_guard<std::mutex> lock(mutex);
       auto it = free_blocks.find(cls);
@@ -85,7 +88,7 @@ struct CachingAllocator {
       stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
       released = take_blocks_over_budget();
     }
-    for (void* block : released) std::free(block);
+    for (const auto& [block, bytes] : released) kernels::cpu::system_free(block, bytes);
     void* p = kernels::cpu::system_allocate(cls);
     if (!p) {
       release_cache();  // try again with the cache returned to the system
@@ -117,7 +120,7 @@ struct CachingAllocator {
       stats.bytes_cached = 0;
     }
     for (auto& [cls, list] : blocks)
-      for (void* p : list) std::free(p);
+      for (void* p : list) kernels::cpu::system_free(p, cls);
   }
 
   ~CachingAllocator() { release_cache(); }
@@ -139,20 +142,52 @@ AllocatorStats cpu_allocator_stats() {
 void cpu_empty_cache() { allocator().release_cache(); }
 
 namespace kernels::cpu {
+#if defined(__SANITIZE_ADDRESS__)
+#define HEED_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEED_UNDER_ASAN 1
+#endif
+#endif
+
 bool huge_pages_enabled() {
   static const bool enabled = [] {
+#if defined(HEED_UNDER_ASAN)
+    return false;
+#else
     const char* setting = std::getenv("HEED_HUGE_PAGES");
-    return !(setting && std::string(setting) == "0");
+    return !(setting != nullptr && std::strcmp(setting, "0") == 0);
+#endif
   }();
   return enabled;
 }
 
+namespace {
+constexpr size_t kPageBytes = 4096;
+size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+bool mapped_on_its_own(size_t bytes) { return bytes >= kHugePageBytes && huge_pages_enabled(); }
+}  // namespace
+
 void* system_allocate(size_t bytes) {
-  if (bytes < kHugePageBytes || !huge_pages_enabled()) return std::aligned_alloc(kAlignment, (bytes + 63) / 64 * 64);
-  void* p = std::aligned_alloc(kHugePageBytes, bytes);
+  if (!mapped_on_its_own(bytes)) return std::aligned_alloc(kAlignment, round_up(bytes, kAlignment));
+  // Map 2 MiB more than needed, keep the part that starts on a 2 MiB boundary, unmap the rest.
+  const size_t length = round_up(bytes, kPageBytes), mapped = length + kHugePageBytes;
+  void* raw = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t raw_start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = round_up(raw_start, kHugePageBytes);
+  if (start > raw_start) munmap(raw, start - raw_start);
+  if (raw_start + mapped > start + length)
+    munmap(reinterpret_cast<void*>(start + length), raw_start + mapped - start - length);
   // Advice only: where transparent huge pages are off (or the kernel refuses), 4 KiB pages it is.
-  if (p) (void)madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
-  return p;
+  (void)madvise(reinterpret_cast<void*>(start), length, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(start);
+}
+
+void system_free(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  if (!mapped_on_its_own(bytes)) return std::free(p);
+  munmap(p, round_up(bytes, kPageBytes));
 }
 
 void* allocate(size_t nbytes) { return heed::allocator().allocate(nbytes); }

@@ -8,13 +8,17 @@ namespace heed::kernels::cpu {
 
 const KernelTable& kernel_table();
 
-// Memory from the system (freed with std::free) for the caching allocator and the gemm's packing
-// buffers: 64-byte aligned; `bytes` >= kHugePageBytes is 2 MiB aligned and its whole 2 MiB pages
-// advised onto transparent huge pages (madvise MADV_HUGEPAGE), unless HEED_HUGE_PAGES=0 was in the
-// environment at the first call (huge_pages_enabled). Null when the system has no memory.
+// Memory from the system for the caching allocator and the gemm's packing buffers, 64-byte
+// aligned, given back with system_free(p, the same bytes). With huge pages enabled, `bytes` >=
+// kHugePageBytes is mapped on its own (mmap, never the malloc heap, so the advice below cannot
+// outlive the block) from a 2 MiB boundary, and advised onto transparent huge pages (madvise
+// MADV_HUGEPAGE). Enabled unless HEED_HUGE_PAGES=0 was in the environment at the first call, or
+// the build runs under AddressSanitizer (whose allocator must see every block to check it).
+// Null when the system has no memory.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 bool huge_pages_enabled();
 void* system_allocate(size_t bytes);
+void system_free(void* p, size_t bytes);
 // Sets heed's OpenMP threads (OpenBLAS stays single-threaded, see blas.cpp).
 void set_threads(int n);
 

@@ -30,9 +30,7 @@
 //   they have grown to the largest block seen.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include "cpu_kernels.h"
 #include "heed/error.h"
@@ -55,24 +53,24 @@ constexpr int64_t kNc = 4096;      // columns of C per block: a packed KC x NC s
 // 171 -> 183 GFLOP/s and 1024 x 256 x 2048 (A's) 172 -> 182, every other shape unchanged.
 inline bool l1_aliasing(int64_t ld) { return ld % 1024 == 0; }
 
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
+// A thread-local packing buffer that only grows (a failed allocation leaves the old one in place);
+// B's packed slice reaches 4 MiB, which system_allocate puts on huge pages.
+struct PackingBuffer {
+  float* data = nullptr;
+  int64_t floats = 0;
+  ~PackingBuffer() { system_free(data, static_cast<size_t>(floats) * sizeof(float)); }
 };
-
-// A thread-local packing buffer that only grows (a failed allocation leaves the old one in place).
 float* scratch(int slot, int64_t floats) {
-  thread_local std::unique_ptr<float, AlignedFree> buffers[2];
-  thread_local int64_t sizes[2] = {0, 0};
-  if (sizes[slot] < floats) {
-    const int64_t rounded = (floats + 15) / 16 * 16;  // a multiple of 64 bytes
-    // (B's packed slice reaches 4 MiB: system_allocate puts such buffers on huge pages)
-    std::unique_ptr<float, AlignedFree> grown(
-        static_cast<float*>(system_allocate(static_cast<size_t>(rounded) * sizeof(float))));
-    HEED_CHECK(grown != nullptr, "gemm", "could not allocate a {}-float packing buffer", rounded);
-    buffers[slot] = std::move(grown);
-    sizes[slot] = rounded;
+  thread_local PackingBuffer buffers[2];
+  PackingBuffer& buffer = buffers[slot];
+  if (buffer.floats < floats) {
+    float* grown = static_cast<float*>(system_allocate(static_cast<size_t>(floats) * sizeof(float)));
+    HEED_CHECK(grown != nullptr, "gemm", "could not allocate a {}-float packing buffer", floats);
+    system_free(buffer.data, static_cast<size_t>(buffer.floats) * sizeof(float));
+    buffer.data = grown;
+    buffer.floats = floats;
   }
-  return buffers[slot].get();
+  return buffer.data;
 }
 
 // out[0, lanes) = v's first `lanes` lanes (1 <= lanes <= 8), nothing past them, in plain stores of
@@ -227,38 +225,37 @@ void store_edge(const float* tile, int64_t rows, int64_t cols, float* c, int64_t
 }
 
 // Rows a tile kernel brings into L1 while it runs: `count` rows `ld` floats apart from `rows`, one
-// row every `every` steps of p, as the lines holding its floats 0 and `second_line` (a 32-float
-// sliver or a 14-float panel row may span two 64-byte lines); none when rows is null. Prefetches
+// row every `every` steps of p, as every 64-byte line of its first `width` floats (a 32-float
+// sliver may span three lines, a 14-float panel row two); none when rows is null. Prefetches
 // change no arithmetic.
 struct RowPrefetch {
   const float* rows = nullptr;
-  int64_t ld = 0, count = 0, every = 1, second_line = 0;
+  int64_t ld = 0, count = 0, every = 1, width = 0;
 };
 
-// A tile kernel's two prefetch streams as it runs: step() once per p.
+// A tile kernel's two prefetch streams: issue_until(p_end) issues every row whose turn (row index
+// x every) comes before step p_end. Tiles call it once per kPrefetchChunk steps of p, outside the
+// loop of fused multiply-adds (checked every step, the streams' counters cost the AVX2 kernel
+// registers its loop needs).
+constexpr int64_t kPrefetchChunk = 8;
 class Prefetcher {
  public:
-  explicit Prefetcher(const RowPrefetch (&streams)[2]) : streams_(streams) {
+  explicit Prefetcher(const RowPrefetch (&streams)[2]) : streams_(streams) {}
+  void issue_until(int64_t p_end) {
     for (int q = 0; q < 2; ++q) {
-      next_[q] = streams[q].rows;
-      rows_left_[q] = next_[q] != nullptr ? streams[q].count : 0;
-    }
-  }
-  inline void step() {
-    for (int q = 0; q < 2; ++q)
-      if (rows_left_[q] > 0 && --countdown_[q] == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(next_[q]), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(next_[q] + streams_[q].second_line), _MM_HINT_T0);
-        next_[q] += streams_[q].ld;
-        countdown_[q] = streams_[q].every;
-        --rows_left_[q];
+      const RowPrefetch& stream = streams_[q];  // a null stream has count 0
+      for (; issued_[q] < stream.count && issued_[q] * stream.every < p_end; ++issued_[q]) {
+        const float* row = stream.rows + issued_[q] * stream.ld;
+        for (int64_t offset = 0; offset < stream.width; offset += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(row + offset), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + stream.width - 1), _MM_HINT_T0);
       }
+    }
   }
 
  private:
   const RowPrefetch (&streams_)[2];
-  const float* next_[2];
-  int64_t rows_left_[2], countdown_[2] = {1, 1};
+  int64_t issued_[2] = {0, 0};
 };
 
 // ---- AVX-512: a 14 x 32 tile in 28 zmm accumulators -------------------------------------------
@@ -297,17 +294,20 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }
   Prefetcher prefetcher(prefetch);
-  for (int64_t p = 0; p < kc; ++p) {
-    prefetcher.step();
-    const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
+  for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
+    const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
+    prefetcher.issue_until(p_end);
+    for (int64_t p = p0; p < p_end; ++p) {
+      const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
 #pragma GCC unroll 14
-    for (int i = 0; i < kMr512; ++i) {
-      const __m512 x = _mm512_set1_ps(pa[i]);
-      acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+      for (int i = 0; i < kMr512; ++i) {
+        const __m512 x = _mm512_set1_ps(pa[i]);
+        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+      }
+      pa += a_step;
+      pb += ldpb;
     }
-    pa += a_step;
-    pb += ldpb;
   }
   if (rows == kMr512 && cols == kNr512) {
 #pragma GCC unroll 14
@@ -354,17 +354,20 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
 #pragma GCC unroll 6
   for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   Prefetcher prefetcher(prefetch);
-  for (int64_t p = 0; p < kc; ++p) {
-    prefetcher.step();
-    const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
+  for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
+    const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
+    prefetcher.issue_until(p_end);
+    for (int64_t p = p0; p < p_end; ++p) {
+      const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
 #pragma GCC unroll 6
-    for (int i = 0; i < kMr256; ++i) {
-      const __m256 x = _mm256_broadcast_ss(pa + i);
-      acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+      for (int i = 0; i < kMr256; ++i) {
+        const __m256 x = _mm256_broadcast_ss(pa + i);
+        acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+      }
+      pa += a_step;
+      pb += ldpb;
     }
-    pa += a_step;
-    pb += ldpb;
   }
   if (rows == kMr256 && cols == kNr256) {
 #pragma GCC unroll 6
@@ -450,10 +453,10 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
               const int64_t share = (kc + m_panels - 1) / m_panels, p_lo = r * share;
               if (p_lo < kc) {
                 const int64_t count = std::min(share, kc - p_lo);
-                prefetch[0] = {pb + NR + p_lo * ldb, ldb, count, std::max<int64_t>(1, kc / count), NR / 2};
+                prefetch[0] = {pb + NR + p_lo * ldb, ldb, count, kc / count, NR};
               }
             }
-            if (s == 0 && r + 1 < in_place_panels) prefetch[1] = {pa + MR, lda, kc, 1, MR - 1};
+            if (s == 0 && r + 1 < in_place_panels) prefetch[1] = {pa + MR, lda, kc, 1, MR};
             tile(kc, pa, pb, c + (i0 + r * MR) * ldc + j0 + s * NR, ldc, rows, cols, alpha, beta, first, sliver_bias,
                  ldpb, panel_in_place ? lda : MR, prefetch);
             if (panel_in_place && s == 0 && row_sums != nullptr)
