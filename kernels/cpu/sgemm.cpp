@@ -234,9 +234,9 @@ struct RowPrefetch {
 };
 
 // A tile kernel's two prefetch streams: issue_until(p_end) issues every row whose turn (row index
-// x every) comes before step p_end. Tiles call it once per kPrefetchChunk steps of p, outside the
-// loop of fused multiply-adds (checked every step, the streams' counters cost the AVX2 kernel
-// registers its loop needs).
+// x every) comes before step p_end. Tiles with a stream call it once per kPrefetchChunk steps of p,
+// outside the loop of fused multiply-adds; tiles without one run the plain loop (the chunks'
+// bookkeeping spills registers: the AVX2 kernel lost up to a quarter on a hot 1024^3 with it).
 constexpr int64_t kPrefetchChunk = 8;
 class Prefetcher {
  public:
@@ -282,6 +282,18 @@ __attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m
   }
 }
 
+// One step of p of the 14 x 32 tile: acc[i] += pa[i] * pb[0, 32).
+__attribute__((target("avx512f,fma"), always_inline)) inline void step_512(__m512 (&acc)[kMr512][2], const float* pa,
+                                                                           const float* pb) {
+  const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
+#pragma GCC unroll 14
+  for (int i = 0; i < kMr512; ++i) {
+    const __m512 x = _mm512_set1_ps(pa[i]);
+    acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+    acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+  }
+}
+
 __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
                                                      int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
                                                      bool first, const float* bias, int64_t ldpb, int64_t a_step,
@@ -293,20 +305,14 @@ __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }
-  Prefetcher prefetcher(prefetch);
-  for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
-    const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
-    prefetcher.issue_until(p_end);
-    for (int64_t p = p0; p < p_end; ++p) {
-      const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
-#pragma GCC unroll 14
-      for (int i = 0; i < kMr512; ++i) {
-        const __m512 x = _mm512_set1_ps(pa[i]);
-        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-      }
-      pa += a_step;
-      pb += ldpb;
+  if (prefetch[0].rows == nullptr && prefetch[1].rows == nullptr) {  // nothing to prefetch: the plain loop
+    for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_512(acc, pa, pb);
+  } else {
+    Prefetcher prefetcher(prefetch);
+    for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
+      const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
+      prefetcher.issue_until(p_end);
+      for (int64_t p = p0; p < p_end; ++p, pa += a_step, pb += ldpb) step_512(acc, pa, pb);
     }
   }
   if (rows == kMr512 && cols == kNr512) {
@@ -347,26 +353,31 @@ inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, flo
   }
 }
 
+// One step of p of the 6 x 16 tile: acc[i] += pa[i] * pb[0, 16).
+__attribute__((always_inline)) inline void step_256(__m256 (&acc)[kMr256][2], const float* pa, const float* pb) {
+  const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr256; ++i) {
+    const __m256 x = _mm256_broadcast_ss(pa + i);
+    acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+    acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+  }
+}
+
 void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
               float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
               const RowPrefetch (&prefetch)[2]) {
   __m256 acc[kMr256][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  Prefetcher prefetcher(prefetch);
-  for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
-    const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
-    prefetcher.issue_until(p_end);
-    for (int64_t p = p0; p < p_end; ++p) {
-      const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
-#pragma GCC unroll 6
-      for (int i = 0; i < kMr256; ++i) {
-        const __m256 x = _mm256_broadcast_ss(pa + i);
-        acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
-        acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
-      }
-      pa += a_step;
-      pb += ldpb;
+  if (prefetch[0].rows == nullptr && prefetch[1].rows == nullptr) {  // nothing to prefetch: the plain loop
+    for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_256(acc, pa, pb);
+  } else {
+    Prefetcher prefetcher(prefetch);
+    for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
+      const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
+      prefetcher.issue_until(p_end);
+      for (int64_t p = p0; p < p_end; ++p, pa += a_step, pb += ldpb) step_256(acc, pa, pb);
     }
   }
   if (rows == kMr256 && cols == kNr256) {
