@@ -91,7 +91,7 @@ std::vector<Case> cases() {
   out.push_back({"everything combined", 2, 2, 33, 90, 8, 8, combined, 0.0});
   out.push_back({"dropout + causal", 2, 3, 70, 70, 16, 16, causal, 0.3});
   // Eight (batch, head) pairs: backward's one pass per pair (the cases above have fewer), with
-  // masked tiles split into row groups (the diagonal's 32-row groups, a window's sliding ones).
+  // masked tiles split into row groups (the diagonal's 16-row groups, a window's sliding ones).
   out.push_back({"causal, 8 pairs, T not a multiple of 32", 2, 4, 100, 100, 16, 16, causal, 0.0});
   out.push_back({"window + causal, 8 pairs", 2, 4, 150, 150, 8, 8, window, 0.0});
   out.push_back({"dropout + window, 8 pairs", 2, 4, 100, 100, 8, 8, window_only, 0.2});
