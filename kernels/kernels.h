@@ -193,7 +193,9 @@ struct AdamStepArgs {
   bool decoupled_weight_decay = false;
   int64_t step = 1;
 };
-using AdamStepFn = void (*)(const AdamStepArgs& args);
+// Updates `count` parameters in one call (on the CPU one parallel loop over all their elements,
+// so a step costs one fork and join however many small parameters the model has).
+using AdamStepFn = void (*)(const AdamStepArgs* tensors, int count);
 // LayerNorm over the last dim of contiguous x (rows, cols): y = (x - mean) * rstd * w + b.
 // weight/bias may be null (no affine). mean and rstd (rows) are written in the compute dtype
 // (float32 for 16-bit x) for backward.

@@ -170,11 +170,18 @@ Cost cost_dropout_mask(uint8_t*, int64_t n, double, PhiloxState) {
 Cost cost_arange(DType dtype, void*, int64_t n, double, double) {
   return {0, static_cast<double>(n) * size_of(dtype), count_text("n", n), name_of(dtype)};
 }
-Cost cost_adam_step(const AdamStepArgs& a) {
-  const double n = static_cast<double>(a.n);
+Cost cost_adam_step(const AdamStepArgs* tensors, int count) {
   // Reads param, grad and both moments, writes param and both moments (+1 pass with amsgrad).
-  const double arrays = a.max_exp_avg_sq ? 9.0 : 7.0;
-  return {12.0 * n, arrays * n * size_of(a.dtype), count_text("n", a.n), name_of(a.dtype)};
+  double n = 0, bytes = 0;
+  int64_t elements = 0;
+  for (int t = 0; t < count; ++t) {
+    const AdamStepArgs& a = tensors[t];
+    n += static_cast<double>(a.n);
+    elements += a.n;
+    bytes += (a.max_exp_avg_sq ? 9.0 : 7.0) * static_cast<double>(a.n) * size_of(a.dtype);
+  }
+  return {12.0 * n, bytes, fmt::format("tensors={} n={}", count, elements),
+          count > 0 ? name_of(tensors[0].dtype) : std::string()};
 }
 Cost cost_layer_norm_forward(DType dtype, const void*, const void*, const void*, int64_t rows, int64_t cols, double,
                              void*, void*, void*) {

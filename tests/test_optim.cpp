@@ -260,6 +260,72 @@ TEST_CASE("Adam's fused update does not depend on the thread count") {
   CHECK(results[0] == results[2]);
 }
 
+TEST_CASE("Adam's one call over all parameters gives each the bits of its own update") {
+  // Sizes that put the parallel chunks' ends inside parameters and a whole small parameter inside
+  // one chunk; two groups (their own lr and weight decay), float32 and float64 parameters, AMSGrad
+  // on and off. Each parameter must end with the bits of an optimizer that updates it alone, for
+  // 1, 2 and 3 threads.
+  const int previous = get_num_threads();
+  const std::vector<int64_t> sizes = {40001, 7, 1, 33333, 65536, 3};
+  for (const bool amsgrad : {false, true}) {
+    for (const DType dtype : {kFloat32, kFloat64}) {
+      std::mt19937_64 rng(11);
+      std::vector<std::vector<double>> start, grads;
+      for (const int64_t n : sizes) {
+        start.push_back(random_values(static_cast<size_t>(n), rng));
+        grads.push_back(random_values(static_cast<size_t>(n), rng));
+      }
+      const auto lr_of = [](size_t t) { return t % 2 == 0 ? 1e-2 : 3e-3; };
+      const auto decay_of = [](size_t t) { return t % 2 == 0 ? 0.1 : 0.0; };
+      std::vector<std::vector<double>> alone;  // each parameter with an optimizer of its own, 1 thread
+      set_num_threads(1);
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        Tensor p = make_param(start[t], {sizes[t]}, dtype);
+        AdamW opt({{.params = {p}, .lr = lr_of(t), .weight_decay = decay_of(t)}}, {.amsgrad = amsgrad});
+        for (int s = 0; s < 3; ++s) {
+          give_grad(p, grads[t]);
+          opt.step();
+        }
+        alone.push_back(p.to_vector<double>());
+      }
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(amsgrad);
+        CAPTURE(threads);
+        set_num_threads(threads);
+        std::vector<Tensor> params;
+        std::vector<ParamGroup> groups(2);
+        for (size_t t = 0; t < sizes.size(); ++t) {
+          params.push_back(make_param(start[t], {sizes[t]}, dtype));
+          groups[t % 2].params.push_back(params.back());
+        }
+        groups[0].lr = lr_of(0);
+        groups[0].weight_decay = decay_of(0);
+        groups[1].lr = lr_of(1);
+        groups[1].weight_decay = decay_of(1);
+        AdamW opt(groups, {.amsgrad = amsgrad});
+        for (int s = 0; s < 3; ++s) {
+          for (size_t t = 0; t < sizes.size(); ++t) give_grad(params[t], grads[t]);
+          opt.step();
+        }
+        for (size_t t = 0; t < sizes.size(); ++t) CHECK(params[t].to_vector<double>() == alone[t]);
+      }
+    }
+  }
+  set_num_threads(previous);
+}
+
+TEST_CASE("Adam checks every parameter before it updates any") {
+  Tensor good = make_param({1.0, 2.0}, {2});
+  Tensor strided = randn({4, 3}, kFloat64).t();  // not contiguous, after a good parameter
+  strided.requires_grad_();
+  Adam opt({good, strided});
+  give_grad(good, {0.5, 0.5});
+  give_grad(strided, std::vector<double>(12, 1.0));
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("not contiguous"), heed::Error);
+  CHECK(good.to_vector<double>() == std::vector<double>{1.0, 2.0});  // untouched
+  CHECK(opt.state_dict().tensors.empty());                           // no moments, no step counted
+}
+
 // ---- groups, zero_grad, skipping -------------------------------------------------------------
 
 TEST_CASE("param groups use their own lr and weight decay") {

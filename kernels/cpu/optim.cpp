@@ -1,10 +1,13 @@
-// kernels/cpu/optim.cpp — fused optimizer updates (one pass over each parameter).
+// kernels/cpu/optim.cpp — fused optimizer updates (one pass over all the parameters of a step).
 //
-// Invariants: adam_step reads and writes each element of param/exp_avg/exp_avg_sq
-// (/max_exp_avg_sq) exactly once, in the parameter's own precision (float32 or float64), with
-// per-step scalars computed once in double; elements are independent, so the result does not
-// depend on the thread count.
+// Invariants: adam_step updates a list of parameters in one parallel loop over all their
+// elements; it reads and writes each element of param/exp_avg/exp_avg_sq (/max_exp_avg_sq)
+// exactly once, in the parameter's own precision (float32 or float64), with per-parameter
+// per-step scalars computed once in double; elements are independent, so the result depends
+// neither on the thread count nor on which other parameters share the call.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cpu_common.h"
 #include "cpu_kernels.h"
@@ -54,67 +57,90 @@ HEED_NO_FP_CONTRACT void adam_range(T* __restrict param, const T* __restrict gra
   }
 }
 
-template <typename T, Decay kDecay, bool kAmsgrad>
-void adam_step_variant(const AdamStepArgs& args) {
-  T* param = static_cast<T*>(args.param);
-  const T* grad = static_cast<const T*>(args.grad);
-  T* exp_avg = static_cast<T*>(args.exp_avg);
-  T* exp_avg_sq = static_cast<T*>(args.exp_avg_sq);
-  T* max_exp_avg_sq = static_cast<T*>(args.max_exp_avg_sq);
+// The per-step scalars of one parameter, computed once in double; each piece of the parameter
+// converts them to its precision exactly as a single call did.
+struct AdamScalars {
+  double step_size, inv_bias_correction2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay_factor, l2;
+};
 
+AdamScalars adam_scalars(const AdamStepArgs& args) {
   const double t = static_cast<double>(args.step);
   const double bias_correction1 = 1.0 - std::pow(args.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(args.beta2, t);
-  const T step_size = static_cast<T>(args.lr / bias_correction1);
-  const T inv_bias_correction2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
-  const T beta1 = static_cast<T>(args.beta1), one_minus_beta1 = static_cast<T>(1.0 - args.beta1);
-  const T beta2 = static_cast<T>(args.beta2), one_minus_beta2 = static_cast<T>(1.0 - args.beta2);
-  const T eps = static_cast<T>(args.eps);
-  const T decay_factor = static_cast<T>(1.0 - args.lr * args.weight_decay);  // AdamW
-  const T l2 = static_cast<T>(args.weight_decay);                            // Adam
+  return {args.lr / bias_correction1,
+          1.0 / std::sqrt(bias_correction2),
+          args.beta1,
+          1.0 - args.beta1,
+          args.beta2,
+          1.0 - args.beta2,
+          args.eps,
+          1.0 - args.lr * args.weight_decay,  // AdamW
+          args.weight_decay};                 // Adam
+}
 
-  parallel_for(args.n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    adam_range<T, kDecay, kAmsgrad>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, begin, end, step_size,
-                                    inv_bias_correction2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
-                                    decay_factor, l2);
-  });
+// Updates elements [begin, end) of one parameter.
+using AdamPiece = void (*)(const AdamStepArgs& args, const AdamScalars& s, int64_t begin, int64_t end);
+
+template <typename T, Decay kDecay, bool kAmsgrad>
+void adam_piece(const AdamStepArgs& args, const AdamScalars& s, int64_t begin, int64_t end) {
+  adam_range<T, kDecay, kAmsgrad>(
+      static_cast<T*>(args.param), static_cast<const T*>(args.grad), static_cast<T*>(args.exp_avg),
+      static_cast<T*>(args.exp_avg_sq), static_cast<T*>(args.max_exp_avg_sq), begin, end, static_cast<T>(s.step_size),
+      static_cast<T>(s.inv_bias_correction2_sqrt), static_cast<T>(s.beta1), static_cast<T>(s.one_minus_beta1),
+      static_cast<T>(s.beta2), static_cast<T>(s.one_minus_beta2), static_cast<T>(s.eps), static_cast<T>(s.decay_factor),
+      static_cast<T>(s.l2));
 }
 
 template <typename T>
-void adam_step_typed(const AdamStepArgs& args) {
+AdamPiece adam_piece_typed(const AdamStepArgs& args) {
   const bool amsgrad = args.max_exp_avg_sq != nullptr;
-  const Decay decay = args.weight_decay == 0.0      ? Decay::None
-                      : args.decoupled_weight_decay ? Decay::Decoupled
-                                                    : Decay::L2;
-  switch (decay) {
-    case Decay::None:
-      return amsgrad ? adam_step_variant<T, Decay::None, true>(args) : adam_step_variant<T, Decay::None, false>(args);
-    case Decay::Decoupled:
-      return amsgrad ? adam_step_variant<T, Decay::Decoupled, true>(args)
-                     : adam_step_variant<T, Decay::Decoupled, false>(args);
-    case Decay::L2:
-      return amsgrad ? adam_step_variant<T, Decay::L2, true>(args) : adam_step_variant<T, Decay::L2, false>(args);
+  if (args.weight_decay == 0.0) return amsgrad ? adam_piece<T, Decay::None, true> : adam_piece<T, Decay::None, false>;
+  if (args.decoupled_weight_decay)
+    return amsgrad ? adam_piece<T, Decay::Decoupled, true> : adam_piece<T, Decay::Decoupled, false>;
+  return amsgrad ? adam_piece<T, Decay::L2, true> : adam_piece<T, Decay::L2, false>;
+}
+
+AdamPiece adam_piece_for(const AdamStepArgs& args, int index, int count) {
+  switch (args.dtype) {
+    case DType::Float32:
+      return adam_piece_typed<float>(args);
+    case DType::Float64:
+      return adam_piece_typed<double>(args);
+    default:
+      fail("adam_step", "the CPU kernel supports float32 and float64 parameters, got {} (tensor {} of {})",
+           dtype_name(args.dtype), index, count);
   }
 }
 
 }  // namespace
 
-void adam_step(const AdamStepArgs& args) {
-  HEED_CHECK(args.n >= 0, "adam_step", "negative element count {}", args.n);
-  HEED_CHECK(args.step >= 1, "adam_step", "step counts from 1, got {}", args.step);
-  if (args.n == 0) return;
-  HEED_CHECK(args.param && args.grad && args.exp_avg && args.exp_avg_sq, "adam_step",
-             "null buffer pointer for {} elements", args.n);
-  switch (args.dtype) {
-    case DType::Float32:
-      adam_step_typed<float>(args);
-      return;
-    case DType::Float64:
-      adam_step_typed<double>(args);
-      return;
-    default:
-      fail("adam_step", "the CPU kernel supports float32 and float64 parameters, got {}", dtype_name(args.dtype));
+// All the parameters' elements in one parallel loop, split by element count alone: a chunk may
+// end inside one parameter and go on into the next, so one step of a model with many small
+// parameters (LayerNorm weights and biases) costs one fork and join, not one per parameter.
+void adam_step(const AdamStepArgs* tensors, int count) {
+  HEED_CHECK(count >= 0 && (count == 0 || tensors != nullptr), "adam_step", "{} tensors at {}", count,
+             static_cast<const void*>(tensors));
+  std::vector<int64_t> offsets(static_cast<size_t>(count) + 1, 0);  // tensor t: [offsets[t], offsets[t + 1])
+  std::vector<AdamScalars> scalars(static_cast<size_t>(count));
+  std::vector<AdamPiece> pieces(static_cast<size_t>(count));
+  for (int t = 0; t < count; ++t) {
+    const AdamStepArgs& args = tensors[t];
+    HEED_CHECK(args.n >= 0, "adam_step", "negative element count {} (tensor {} of {})", args.n, t, count);
+    HEED_CHECK(args.step >= 1, "adam_step", "step counts from 1, got {} (tensor {} of {})", args.step, t, count);
+    HEED_CHECK(args.n == 0 || (args.param && args.grad && args.exp_avg && args.exp_avg_sq), "adam_step",
+               "null buffer pointer for {} elements (tensor {} of {})", args.n, t, count);
+    pieces[static_cast<size_t>(t)] = adam_piece_for(args, t, count);
+    scalars[static_cast<size_t>(t)] = adam_scalars(args);
+    offsets[static_cast<size_t>(t) + 1] = offsets[static_cast<size_t>(t)] + args.n;
   }
+  parallel_for(offsets.back(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    // the first tensor with elements at or after `begin`
+    size_t t = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin()) - 1;
+    for (; t < static_cast<size_t>(count) && offsets[t] < end; ++t) {
+      const int64_t lo = std::max(begin, offsets[t]) - offsets[t], hi = std::min(end, offsets[t + 1]) - offsets[t];
+      if (lo < hi) pieces[t](tensors[t], scalars[t], lo, hi);
+    }
+  });
 }
 
 }  // namespace heed::kernels::cpu

@@ -11,7 +11,8 @@
 //    (optimizer type, options, per-group lr/weight_decay/parameter shapes, step counts), so a
 //    checkpoint can hold them in safetensors + JSON. load_state_dict checks the type, group
 //    and parameter counts, shapes and buffers and changes nothing unless all of it fits.
-//  * Adam/AdamW run the fused `adam_step` kernel (one pass per parameter) and need
+//  * Adam/AdamW run the fused `adam_step` kernel (one call per device per step over all its
+//    parameters: on the CPU one parallel loop) and need
 //    contiguous float32/float64 parameters; SGD runs on tensor ops (any floating dtype).
 #pragma once
 

@@ -1,12 +1,14 @@
 // framework/src/train/optim.cpp — SGD, Adam and AdamW, and the optimizer state dict.
 //
 // Invariants: updates run under NoGradGuard and write parameters in place (version bumped);
-// Adam/AdamW call the fused adam_step kernel of the parameter's device once per parameter;
+// Adam/AdamW call the fused adam_step kernel once per device per step with all its parameters;
 // load_state_dict builds the whole new state before it touches the optimizer.
 #include "heed/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
 
 #include "heed/autograd.h"
 #include "heed/json_read.h"
@@ -349,11 +351,11 @@ void Adam::step() {
   const char* op = name();
   prepare_step();
   NoGradGuard no_grad;
+  // Every parameter is checked before any is touched, so a bad one leaves the whole step undone.
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const ParamGroup& group = groups_[g];
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      const Tensor& p = group.params[i];
-      Tensor grad = p.grad();
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      const Tensor grad = p.grad();
       if (!grad.defined()) continue;
       HEED_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64, op,
                  "parameter {} of group {} has dtype {}; the fused update needs float32 or "
@@ -367,6 +369,17 @@ void Adam::step() {
       HEED_CHECK(grad.shape() == p.shape(), op,
                  "the gradient of parameter {} of group {} has shape {}, the parameter {}", i, g,
                  shape_str(grad.shape()), shape_str(p.shape()));
+    }
+  }
+  // One adam_step call per device with all its parameters (one parallel loop on the CPU).
+  std::vector<std::pair<Device, std::vector<kernels::AdamStepArgs>>> calls;
+  std::vector<Tensor> grads, updated;  // the (converted) gradients stay alive until the calls ran
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& group = groups_[g];
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const Tensor& p = group.params[i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
       grad = grad.detach().to(p.dtype()).contiguous();
       ParamState& s = state_[g][i];
       auto buffer = [&](const char* buffer_name) -> Tensor& {
@@ -394,10 +407,17 @@ void Adam::step() {
       args.weight_decay = group.weight_decay;
       args.decoupled_weight_decay = decoupled_weight_decay_;
       args.step = s.step;
-      if (args.n > 0) HEED_KERNEL(p.device(), adam_step)(args);
-      p.storage()->bump_version();
+      updated.push_back(p);
+      if (args.n == 0) continue;
+      grads.push_back(std::move(grad));
+      auto call = std::find_if(calls.begin(), calls.end(), [&](const auto& c) { return c.first == p.device(); });
+      if (call == calls.end()) call = calls.insert(calls.end(), {p.device(), {}});
+      call->second.push_back(args);
     }
   }
+  for (const auto& [device, tensors] : calls)
+    HEED_KERNEL(device, adam_step)(tensors.data(), static_cast<int>(tensors.size()));
+  for (const Tensor& p : updated) p.storage()->bump_version();
 }
 
 json Adam::options_json() const {
