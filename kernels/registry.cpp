@@ -172,15 +172,13 @@ Cost cost_arange(DType dtype, void*, int64_t n, double, double) {
 }
 Cost cost_adam_step(const AdamStepArgs* tensors, int count) {
   // Reads param, grad and both moments, writes param and both moments (+1 pass with amsgrad).
-  double n = 0, bytes = 0;
-  int64_t elements = 0;
+  int64_t n = 0;
+  double bytes = 0;
   for (int t = 0; t < count; ++t) {
-    const AdamStepArgs& a = tensors[t];
-    n += static_cast<double>(a.n);
-    elements += a.n;
-    bytes += (a.max_exp_avg_sq ? 9.0 : 7.0) * static_cast<double>(a.n) * size_of(a.dtype);
+    n += tensors[t].n;
+    bytes += (tensors[t].max_exp_avg_sq ? 9.0 : 7.0) * static_cast<double>(tensors[t].n) * size_of(tensors[t].dtype);
   }
-  return {12.0 * n, bytes, fmt::format("tensors={} n={}", count, elements),
+  return {12.0 * static_cast<double>(n), bytes, fmt::format("tensors={} n={}", count, n),
           count > 0 ? name_of(tensors[0].dtype) : std::string()};
 }
 Cost cost_layer_norm_forward(DType dtype, const void*, const void*, const void*, int64_t rows, int64_t cols, double,

@@ -143,10 +143,10 @@ class TransposedOperand {
 // split into groups of kGroupRows rows, each with the columns key_range gives its rows, so the
 // causal diagonal tiles skip the six 16 x 16 blocks above their four-step staircase (of the
 // causal products at T = 64, 62.5% of a full tile's instead of 75% with 32-row groups; 56%
-// instead of 62.5% at T = 128: charlm's attention 0.68 -> 0.52-0.62 ms, README stop 38). Skipped products are exactly
-// the ones whose probabilities are 0: the products' sums only lose terms that add +-0 (each element accumulates from +0
-// with fused multiply-adds). The softmax sums see the same values, in the same lanes where every group's c_lo is 0 and
-// its c_hi a multiple of 8 or the whole tile (the causal tiles at T = S = 64, 128,
+// instead of 62.5% at T = 128). Skipped products are exactly the ones whose probabilities are 0:
+// the products' sums only lose terms that add +-0 (each element accumulates from +0 with fused
+// multiply-adds). The softmax sums see the same values, in the same lanes where every group's
+// c_lo is 0 and its c_hi a multiple of 8 or the whole tile (the causal tiles at T = S = 64, 128,
 // ...: the same bits as before groups); elsewhere (windows, ragged lengths) they add them in
 // other lanes: the same accuracy, other roundings. Groups depend on the problem's shape and
 // key lengths only, never on the thread count.
