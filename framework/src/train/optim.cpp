@@ -415,8 +415,13 @@ void Adam::step() {
       call->second.push_back(args);
     }
   }
-  for (const auto& [device, tensors] : calls)
+  // Plain names, not a structured binding: HEED_KERNEL expands to a lambda, and clang
+  // before 16 cannot capture a structured binding.
+  for (const auto& call : calls) {
+    const Device device = call.first;
+    const std::vector<kernels::AdamStepArgs>& tensors = call.second;
     HEED_KERNEL(device, adam_step)(tensors.data(), static_cast<int>(tensors.size()));
+  }
   for (const Tensor& p : updated) p.storage()->bump_version();
 }
 
