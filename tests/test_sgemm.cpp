@@ -214,6 +214,59 @@ TEST_CASE("heed_sgemm: an element's bits depend on its row, column and k only (t
     }
 }
 
+// Restores the L2 size heed_sgemm fits its MC blocks to when a test began.
+struct KeepSgemmL2 {
+  int64_t saved = kernels::cpu::heed_sgemm_l2_bytes();
+  ~KeepSgemmL2() { kernels::cpu::set_heed_sgemm_l2_bytes(saved); }
+};
+
+TEST_CASE("heed_sgemm: MC blocks fitted to the L2 (fewer panels where a packed B slice then stays in L2)") {
+  const KeepSgemmL2 keep;
+  using kernels::cpu::heed_sgemm_mc_panels;
+  using kernels::cpu::set_heed_sgemm_l2_bytes;
+  constexpr int64_t MiB = 1 << 20;
+  set_heed_sgemm_l2_bytes(0);  // unknown: the fixed 12 panels
+  CHECK(heed_sgemm_mc_panels(14, 256 * 1024, 1024, 256) == 12);
+  set_heed_sgemm_l2_bytes(2 * MiB);  // 3/4 of it is 393216 floats
+  // the lm step's 1024 x 1024 x 256 block: (393216 - 262144) / ((1024 + 512) * 14) = 6.1
+  CHECK(heed_sgemm_mc_panels(14, 256 * 1024, 1024, 256) == 6);
+  CHECK(heed_sgemm_mc_panels(14, 256 * 768, 768, 256) == 10);    // 196608 / (1280 * 14) = 10.97
+  CHECK(heed_sgemm_mc_panels(14, 256 * 256, 256, 256) == 12);    // room for more than 12: at most 12
+  set_heed_sgemm_l2_bytes(1 * MiB);                              // 196608 floats
+  CHECK(heed_sgemm_mc_panels(14, 256 * 1024, 1024, 256) == 12);  // the slice alone does not fit
+  CHECK(heed_sgemm_mc_panels(14, 256 * 512, 512, 256) == 4);     // 65536 / (1024 * 14) = 4.57
+  CHECK(heed_sgemm_mc_panels(14, 190000, 1024, 256) == 4);       // 6608 / 21504 = 0.3: at least 4
+
+  // No element's bits depend on the blocks: every L2 size gives the fixed blocks' bits (400 rows:
+  // B always packed; 700 columns, two KC slices; 1 MiB gives 4 panels on the first slice and 12
+  // on the second, 1.5 MiB 6 and 12).
+  const std::vector<SgemmKernel> here = kernels_here();
+  if (here.empty()) {
+    MESSAGE("skipped: this build has no heed sgemm kernel");
+    return;
+  }
+  std::mt19937 rng(23);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Problem p(ta, tb, 400, 700, 300, rng);
+      for (SgemmKernel kernel : here) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(kernel_name(kernel));
+        set_heed_sgemm_l2_bytes(0);
+        std::vector<float> fixed(static_cast<size_t>(p.m * p.ldc), 0.0f);
+        p.run(kernel, 0.7f, 0.0f, fixed.data());
+        for (const int64_t l2 : {1 * MiB, 3 * MiB / 2, 2 * MiB}) {
+          CAPTURE(l2);
+          set_heed_sgemm_l2_bytes(l2);
+          std::vector<float> fitted(fixed.size(), 0.0f);
+          p.run(kernel, 0.7f, 0.0f, fitted.data());
+          CHECK(std::memcmp(fitted.data(), fixed.data(), fixed.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+}
+
 namespace {
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   return max(abs(sub(a.detach().to(kFloat64), b.detach().to(kFloat64)))).item<double>();

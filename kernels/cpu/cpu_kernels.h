@@ -68,6 +68,15 @@ TileProducts flash_attention_tile_products();
 enum class SgemmKernel { Avx2, Avx512 };
 // Whether the kernel runs here (built for AVX2 + FMA; AVX-512F on this CPU for Avx512).
 bool heed_sgemm_supported(SgemmKernel kernel);
+// The L2 size in bytes that heed_sgemm fits its MC blocks to: one core's L2 (sysconf), or 0 for
+// the fixed blocks (unknown, or HEED_GEMM_L2_BLOCKS=0 at start-up); the setter is for tests.
+// No element's bits depend on it.
+int64_t heed_sgemm_l2_bytes();
+void set_heed_sgemm_l2_bytes(int64_t bytes);
+// The MR-row panels of op(A) per MC block beside a packed B slice of packed_b_floats floats,
+// nc columns and kc deep: 12 unless the slice fits in 3/4 of the L2, then the most (4 to 12)
+// with which MC x (nc + 2 kc) floats fit beside it.
+int64_t heed_sgemm_mc_panels(int64_t mr, int64_t packed_b_floats, int64_t nc, int64_t kc);
 // With a_row_sums (op(A) = A^T only), a_row_sums[i] += op(A)[i, p] for every p in increasing
 // order, in double, while op(A) is packed (the weight gradient's bias gradient without a pass
 // of its own over A). With bias (n values, beta 0 only), C = alpha op(A) op(B) + bias[j] with the

@@ -9,7 +9,8 @@
 // runs a generic set on an AVX2 CPU (blas.cpp).
 // This is the classic packed design (Goto / BLIS): op(B) = B^T is packed per KC x NR sliver
 // (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
-// packed), op(A) per MR x KC panel in blocks of MC = 12 panels (op(A) = A^T is read in place by
+// packed), op(A) per MR x KC panel in blocks of MC = 12 panels (fewer where a packed B slice then
+// stays in L2: heed_sgemm_mc_panels) (op(A) = A^T is read in place by
 // the AVX-512 kernel, its panels' rows being A's rows, except beside B read in place with rows
 // 2 KiB apart; only a partial last panel is packed; operands with rows 4 KiB apart are always
 // packed, l1_aliasing), and an MR x NR register tile accumulates over KC while it prefetches the
@@ -29,8 +30,12 @@
 // - packing buffers are thread-local and 64-byte aligned; nothing here allocates per call once
 //   they have grown to the largest block seen.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+
+#include <unistd.h>  // sysconf(_SC_LEVEL2_CACHE_SIZE)
 
 #include "cpu_kernels.h"
 #include "heed/error.h"
@@ -40,10 +45,45 @@ namespace heed::kernels::cpu {
 
 namespace {
 
+constexpr int64_t kMcPanels = 12;  // MR-row panels of A per block (at most): MC x KC floats stay in L2
+constexpr int64_t kMinMcPanels = 4;
+
+// The L2 size the MC blocks are fitted to (heed_sgemm_l2_bytes): read once, settable by tests.
+std::atomic<int64_t>& l2_setting() {
+  static std::atomic<int64_t> bytes{[] {
+    const char* setting = std::getenv("HEED_GEMM_L2_BLOCKS");
+    if (setting != nullptr && std::strcmp(setting, "0") == 0) return int64_t{0};
+    const long size = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return size > 0 ? static_cast<int64_t>(size) : int64_t{0};
+  }()};
+  return bytes;
+}
+
+}  // namespace
+
+// The MR-row panels of op(A) per MC block. A packed B slice (packed_b_floats) is read again by
+// every MC block; between two reads of one of its slivers the block's tiles also bring in their
+// MC x nc part of C and MC x kc of A (and A's source when it is packed from memory). With the
+// default 12 panels that is more than the L2 holds whenever B's slice is large (on a Xeon with
+// 2 MiB of L2, the lm step's 1024 x 1024 x 256 blocks: 1 MiB of B, 672 KiB of C), and the slice
+// went back to L3 every block. So, when the slice alone fits in three quarters of the L2, MC is
+// the most panels (4 to 12) with which the rest fits beside it; otherwise (the slice does not
+// stay in L2 whatever MC is, or the L2 size is unknown) the default. MC only orders the tiles:
+// no element's arithmetic depends on it.
+int64_t heed_sgemm_mc_panels(int64_t mr, int64_t packed_b_floats, int64_t nc, int64_t kc) {
+  const int64_t l2 = heed_sgemm_l2_bytes();
+  const int64_t budget = l2 / 4 * 3 / static_cast<int64_t>(sizeof(float)) - packed_b_floats;
+  if (l2 == 0 || budget <= 0) return kMcPanels;
+  return std::clamp<int64_t>(budget / ((nc + 2 * kc) * mr), kMinMcPanels, kMcPanels);
+}
+int64_t heed_sgemm_l2_bytes() { return l2_setting().load(std::memory_order_relaxed); }
+void set_heed_sgemm_l2_bytes(int64_t bytes) { l2_setting().store(std::max<int64_t>(bytes, 0)); }
+
+namespace {
+
 #if HEED_HAVE_AVX2
-constexpr int64_t kKc = 256;       // depth of one packed slice: KC x NR floats of B stay in L1
-constexpr int64_t kMcPanels = 12;  // MR-row panels of A packed at once: MC x KC floats stay in L2
-constexpr int64_t kNc = 4096;      // columns of C per block: a packed KC x NC slice of B is at most 4 MiB
+constexpr int64_t kKc = 256;   // depth of one packed slice: KC x NR floats of B stay in L1
+constexpr int64_t kNc = 4096;  // columns of C per block: a packed KC x NC slice of B is at most 4 MiB
 
 // True when rows `ld` floats apart all fall into the same L1 set: a multiple of 4 KiB (64 sets of
 // 64-byte lines on the Zen 4 and 5 and on Intel's cores since Skylake), so the 256 rows of a KC
@@ -435,8 +475,9 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
       // (zero-padded); the in-place panels' row sums are taken right after their tile with the
       // first sliver (copy_and_sum_panel without the copy: the same adds, in p order).
       const bool a_in_place = MR == kMr512 && trans_a && !l1_aliasing(lda) && !(full_slivers > 0 && ldb % 512 == 0);
-      for (int64_t i0 = 0; i0 < m; i0 += kMc) {
-        const int64_t mc = std::min(kMc, m - i0);
+      const int64_t mc_rows = MR * heed_sgemm_mc_panels(MR, (n_slivers - full_slivers) * NR * kc, nc, kc);
+      for (int64_t i0 = 0; i0 < m; i0 += mc_rows) {
+        const int64_t mc = std::min(mc_rows, m - i0);
         const int64_t m_panels = (mc + MR - 1) / MR;
         const int64_t in_place_panels = a_in_place ? mc / MR : 0, packed_rows = mc - in_place_panels * MR;
         if (packed_rows > 0) {
