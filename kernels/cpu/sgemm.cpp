@@ -9,8 +9,8 @@
 // runs a generic set on an AVX2 CPU (blas.cpp).
 // This is the classic packed design (Goto / BLIS): op(B) = B^T is packed per KC x NR sliver
 // (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
-// packed), op(A) per MR x KC panel in blocks of MC = 12 panels (fewer where a packed B slice then
-// stays in L2: heed_sgemm_mc_panels) (op(A) = A^T is read in place by
+// packed), op(A) per MR x KC panel in blocks of MC panels (12, or 4-11 where a packed B slice
+// then stays in L2: heed_sgemm_mc_panels; op(A) = A^T is read in place by
 // the AVX-512 kernel, its panels' rows being A's rows, except beside B read in place with rows
 // 2 KiB apart; only a partial last panel is packed; operands with rows 4 KiB apart are always
 // packed, l1_aliasing), and an MR x NR register tile accumulates over KC while it prefetches the
