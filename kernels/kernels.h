@@ -121,6 +121,13 @@ using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t 
 //    GELU_AUX(_BIAS) epilogue for the tanh form, whose GELU that is; the erf form as the gemm
 //    into pre_activation and the unary kernel after it; CPU: block by block while the block of
 //    z is in cache).
+//  * activation_derivative (CPU, GeluErf only; with the activation epilogue): also
+//    receives gelu'(z) (m x n, contiguous), the factor the gelu row's backward multiplies its
+//    incoming gradient by, with that kernel's bits (for a backward that keeps it instead of z).
+//  * c_multiplier (CPU only; alone, beta 0, C contiguous): C = (alpha * op(A) @ op(B)) *
+//    c_multiplier element by element (m x n, contiguous), block by block while the block of C
+//    is in cache: the gradient of a GELU whose derivative the forward kept (F::feed_forward).
+//    The CUDA backend refuses both.
 //  * a_row_sums (m elements, contiguous; written, not accumulated; alpha must be 1):
 //    sum_p op(A)[i, p], the bias gradient of a Linear whose weight gradient is this gemm
 //    (op(A) = dY^T) (CUDA: cuBLASLt's BGRADB epilogue, summed in float32; CPU: in float64).
@@ -141,6 +148,8 @@ struct GemmArgs {
   GemmActivation activation = GemmActivation::None;
   void* pre_activation = nullptr;
   void* a_row_sums = nullptr;
+  void* activation_derivative = nullptr;
+  const void* c_multiplier = nullptr;
 };
 using GemmFn = void (*)(const GemmArgs& args);
 // Row-wise softmax (or log-softmax) of a contiguous (rows, cols) tensor. A row of all -inf

@@ -507,9 +507,27 @@ TEST_CASE("FeedForward: gradcheck of the input and every parameter in float64") 
   expect_gradcheck([&](const std::vector<Tensor>& in) { return ff(in[0]); }, inputs);
 }
 
+TEST_CASE("FeedForward: one feed_forward node when its dropout is off, linear_gelu and dropout when it is on") {
+  manual_seed(12);
+  nn::FeedForward ff(4, 8, 0.25);
+  const Tensor x = randn({2, 3, 4});
+  ff.eval();
+  const Tensor fused = ff(x);
+  CHECK(std::string(fused.grad_fn()->name()) == "feed_forward");
+  CHECK(ref::values(fused) ==
+        ref::values(F::linear(F::linear_gelu(x, ff.fc1->weight, ff.fc1->bias), ff.fc2->weight, ff.fc2->bias)));
+  ff.train();
+  const Tensor with_dropout = ff(x);
+  CHECK(std::string(with_dropout.grad_fn()->name()) == "linear");
+  nn::FeedForward no_dropout(4, 8, 0.0);
+  CHECK(std::string(no_dropout(x).grad_fn()->name()) == "feed_forward");  // training, p = 0
+  nn::FeedForward tanh_ff(4, 8, 0.0, nn::Activation::GELUTanh);
+  CHECK(std::string(tanh_ff(x).grad_fn()->name()) == "linear");  // the tanh GELU: the two ops
+}
+
 TEST_CASE("FeedForward: misuse") {
   nn::FeedForward ff(4, 6);
-  expect_error([&] { ff(zeros({2, 5})); }, {"heed::linear", "[2, 5]"});
+  expect_error([&] { ff(zeros({2, 5})); }, {"heed::feed_forward", "[2, 5]"});
   expect_error([] { nn::FeedForward(4, 0); }, {"heed::Linear", "positive"});
   expect_error([] { nn::FeedForward(4, 6, 2.0); }, {"heed::Dropout"});
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -309,12 +310,67 @@ void check_gemm_epilogues(DType dtype, double rtol) {
           CHECK(std::abs(double(c[static_cast<size_t>(i * ldc + n - 1)]) - product) <= rtol * (double(k) + 1.0));
         }
         CHECK(std::isnan(double(sums[static_cast<size_t>(m)])));  // nothing written past m
+
+        // The erf GELU with its derivative (C contiguous): z against float64, gelu(z) and gelu'(z)
+        // with the bits of the gelu row's unary and unary_backward kernels (times ones) on that z.
+        const size_t mn = static_cast<size_t>(m * n);
+        std::vector<T> z(mn), h(mn), derivative(mn), ones(mn, T(1)), want_h(mn), want_derivative(mn);
+        args.a_row_sums = nullptr;
+        args.bias = bias.data();
+        args.ldc = n;
+        args.c = h.data();
+        args.activation = kernels::GemmActivation::GeluErf;
+        args.pre_activation = z.data();
+        args.activation_derivative = derivative.data();
+        kernels::cpu::gemm(args);
+        kernels::cpu::unary(kernels::UnaryOp::GeluErf, dtype, z.data(), want_h.data(), m * n, 0.0);
+        kernels::cpu::unary_backward(kernels::UnaryOp::GeluErf, dtype, ones.data(), z.data(), want_derivative.data(),
+                                     m * n, 0.0);
+        CHECK(std::memcmp(h.data(), want_h.data(), mn * sizeof(T)) == 0);
+        CHECK(std::memcmp(derivative.data(), want_derivative.data(), mn * sizeof(T)) == 0);
+        bad = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double want = double(bias[j]), magnitude = std::abs(double(bias[j]));
+            for (int64_t p = 0; p < k; ++p) {
+              want += op_a(i, p) * op_b(p, j);
+              magnitude += std::abs(op_a(i, p) * op_b(p, j));
+            }
+            bad += !(std::abs(double(z[static_cast<size_t>(i * n + j)]) - want) <= rtol * (magnitude + 1.0));
+          }
+        CHECK(bad == 0);
+
+        // The multiplier epilogue: C = (op(A) op(B)) * factor, against float64; C never read.
+        const std::vector<T> factor = padded_matrix<T>(m, n, n, rng);
+        std::vector<T> product(mn, std::numeric_limits<T>::quiet_NaN());
+        args.bias = nullptr;
+        args.activation = kernels::GemmActivation::None;
+        args.pre_activation = nullptr;
+        args.activation_derivative = nullptr;
+        args.c = product.data();
+        args.c_multiplier = factor.data();
+        kernels::cpu::gemm(args);
+        bad = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0.0, magnitude = 0.0;
+            for (int64_t p = 0; p < k; ++p) {
+              want += op_a(i, p) * op_b(p, j);
+              magnitude += std::abs(op_a(i, p) * op_b(p, j));
+            }
+            const double f = double(factor[static_cast<size_t>(i * n + j)]);
+            bad += !(std::abs(double(product[static_cast<size_t>(i * n + j)]) - want * f) <=
+                     rtol * (magnitude + 1.0) * (std::abs(f) + 1.0));
+          }
+        CHECK(bad == 0);
       }
 }
 
 }  // namespace
 
-TEST_CASE("gemm epilogues (CPU kernel): bias and the row sums of op(A) against float64") {
+TEST_CASE(
+    "gemm epilogues (CPU kernel): bias, the row sums of op(A), GELU with its derivative and the multiplier against "
+    "float64") {
   SUBCASE("float32, under each CPU gemm choice") {
     const CpuGemm saved = cpu_gemm();
     for (CpuGemm choice : {CpuGemm::Openblas, CpuGemm::HeedAvx2, CpuGemm::HeedAvx512}) {
@@ -367,6 +423,24 @@ TEST_CASE("gemm epilogues (CPU kernel): bias and the row sums of op(A) against f
     args.batch = 1;
     args.k = 0;
     CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("the epilogues need k >= 1"), Error);
+    args.k = 1;
+    args.bias = nullptr;
+    args.activation_derivative = &v;  // without the erf GELU epilogue
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args),
+                         doctest::Contains("the activation_derivative epilogue is for the erf GELU epilogue"), Error);
+    args.activation = kernels::GemmActivation::GeluTanh;
+    args.pre_activation = &v;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args),
+                         doctest::Contains("the activation_derivative epilogue is for the erf GELU epilogue"), Error);
+    args.activation = kernels::GemmActivation::None;
+    args.pre_activation = nullptr;
+    args.activation_derivative = nullptr;
+    args.c_multiplier = &v;
+    args.bias = &v;  // the multiplier comes alone
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("the c_multiplier epilogue needs batch 1"), Error);
+    args.bias = nullptr;
+    args.ldc = 2;
+    CHECK_THROWS_WITH_AS(kernels::cpu::gemm(args), doctest::Contains("a contiguous C (ldc 2 == n 1)"), Error);
   }
 }
 
@@ -469,6 +543,110 @@ TEST_CASE("linear_gelu: the GELU in the gemm's epilogue gives gelu(linear(...)) 
         CHECK(close(w1.grad(), w2.grad()));
         if (c.bias) CHECK(close(b1.grad(), b2.grad()));
       }
+}
+
+TEST_CASE("feed_forward: one node with the bits of linear_gelu then linear, forward and every gradient") {
+  struct Case {
+    Dims x_shape;
+    bool b1, b2, contiguous;
+  };
+  // 12 -> 37 -> 7: hidden rows of 37 floats exercise the 16-, 8-lane and scalar parts of the
+  // GELU loops, and 3 x 5 x 12 with 2-3 threads row blocks of both kinds.
+  const Case cases[] = {{{3, 5, 12}, true, true, true},
+                        {{9, 12}, false, true, true},
+                        {{12}, true, false, true},
+                        {{3, 5, 12}, true, true, false},
+                        {{40, 12}, false, false, true}};
+  const int saved_threads = get_num_threads();
+  for (int threads : {1, 3})
+    for (DType dtype : {kFloat32, kFloat64})
+      for (const Case& c : cases) {
+        CAPTURE(threads);
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(shape_str(c.x_shape));
+        CAPTURE(c.b1);
+        CAPTURE(c.b2);
+        CAPTURE(c.contiguous);
+        set_num_threads(threads);
+        manual_seed(17);
+        const Tensor x0 = mul_scalar(randn(c.x_shape, kFloat64), 2.0).to(dtype);
+        const Tensor w1_0 = mul_scalar(randn({37, 12}, kFloat64), 0.3).to(dtype);
+        const Tensor b1_0 = randn({37}, kFloat64).to(dtype);
+        const Tensor w2_0 = mul_scalar(randn({7, 37}, kFloat64), 0.3).to(dtype);
+        const Tensor b2_0 = randn({7}, kFloat64).to(dtype);
+        struct Leaves {
+          Tensor x, w1, b1, w2, b2;
+        };
+        const auto leaves = [&]() {
+          Leaves l;
+          l.x = (c.contiguous ? x0.clone() : x0.transpose(0, 1).contiguous()).requires_grad_();
+          l.w1 = w1_0.clone().requires_grad_();
+          l.b1 = c.b1 ? b1_0.clone().requires_grad_() : Tensor();
+          l.w2 = w2_0.clone().requires_grad_();
+          l.b2 = c.b2 ? b2_0.clone().requires_grad_() : Tensor();
+          return l;
+        };
+        Leaves f = leaves(), s = leaves();
+        const Tensor in_f = c.contiguous ? f.x : f.x.transpose(0, 1), in_s = c.contiguous ? s.x : s.x.transpose(0, 1);
+        const Tensor fused = F::feed_forward(in_f, f.w1, f.b1, f.w2, f.b2);
+        const Tensor separate = F::linear(F::linear_gelu(in_s, s.w1, s.b1), s.w2, s.b2);
+        REQUIRE(fused.shape() == separate.shape());
+        if (c.x_shape.size() > 1) CHECK(fused.grad_fn()->name() == std::string("feed_forward"));  // 1-D: a squeeze
+        CHECK(max(abs(sub(fused.detach(), separate.detach()))).item<double>() == 0.0);
+        const Tensor upstream = randn(fused.shape(), kFloat64).to(dtype);
+        fused.backward(upstream);
+        separate.backward(upstream);
+        // The same gemms on the same operands, dz from the gelu row's own derivative: the same bits.
+        const auto same = [](const Tensor& a, const Tensor& b) { return max(abs(sub(a, b))).item<double>() == 0.0; };
+        CHECK(same(f.x.grad(), s.x.grad()));
+        CHECK(same(f.w1.grad(), s.w1.grad()));
+        CHECK(same(f.w2.grad(), s.w2.grad()));
+        if (c.b1) CHECK(same(f.b1.grad(), s.b1.grad()));
+        if (c.b2) CHECK(same(f.b2.grad(), s.b2.grad()));
+        // Against float64: the fused float32 result within float32 rounding of the float64 one.
+        if (dtype == kFloat32) {
+          const Tensor reference = F::linear(F::linear_gelu(x0.to(kFloat64), w1_0.to(kFloat64), b1_0.to(kFloat64)),
+                                             w2_0.to(kFloat64), b2_0.to(kFloat64));
+          if (c.b1 && c.b2 && c.contiguous)
+            CHECK(max(abs(sub(fused.detach().to(kFloat64), reference))).item<double>() <=
+                  1e-5 * (1.0 + max(abs(reference)).item<double>()));
+        }
+      }
+  set_num_threads(saved_threads);
+}
+
+TEST_CASE("feed_forward: a weight alone needing its gradient, no grad mode, and the two ops where it cannot fuse") {
+  manual_seed(5);
+  const Tensor x = randn({4, 6}), w1 = randn({10, 6}), b1 = randn({10}), b2 = randn({3});
+  Tensor w2 = randn({3, 10}).requires_grad_();
+  const Tensor y = F::feed_forward(x, w1, b1, w2, b2);
+  CHECK(y.grad_fn()->name() == std::string("feed_forward"));
+  sum(y).backward();
+  Tensor w2_separate = w2.detach().clone().requires_grad_();
+  sum(F::linear(F::linear_gelu(x, w1, b1), w2_separate, b2)).backward();
+  CHECK(max(abs(sub(w2.grad(), w2_separate.grad()))).item<double>() == 0.0);
+  {
+    NoGradGuard no_grad;
+    const Tensor z = F::feed_forward(x, w1, b1, w2, b2);
+    CHECK(!z.grad_fn());
+    CHECK(max(abs(sub(z, y.detach()))).item<double>() == 0.0);
+  }
+  // The tanh GELU is not fused: linear_gelu then linear.
+  Tensor w1g = w1.clone().requires_grad_();
+  const Tensor t = F::feed_forward(x, w1g, b1, w2, b2, GeluApproximation::Tanh);
+  CHECK(t.grad_fn()->name() == std::string("linear"));
+}
+
+TEST_CASE("feed_forward: misuse raises heed::Error naming the op") {
+  CHECK_THROWS_WITH_AS(
+      F::feed_forward(zeros({3, 4}), zeros({5, 6}), Tensor(), zeros({2, 5}), Tensor()),
+      doctest::Contains("heed::feed_forward: input of shape [3, 4] does not match weight of shape [5, 6]"), Error);
+  CHECK_THROWS_WITH_AS(F::feed_forward(zeros({3, 4}), zeros({5, 4}), Tensor(), zeros({2, 6}), Tensor()),
+                       doctest::Contains("heed::feed_forward: w2 must have shape [out, 5]"), Error);
+  CHECK_THROWS_WITH_AS(F::feed_forward(zeros({3, 4}), zeros({5, 4}), zeros({5}), zeros({2, 5}), zeros({3})),
+                       doctest::Contains("heed::feed_forward: b2 must have shape [2], got [3]"), Error);
+  CHECK_THROWS_WITH_AS(F::feed_forward(zeros({3, 4}), zeros({5, 4}), zeros({4}), zeros({2, 5}), Tensor()),
+                       doctest::Contains("heed::feed_forward: bias must have shape [5], got [4]"), Error);
 }
 
 TEST_CASE("linear_gelu: misuse raises heed::Error naming the op") {

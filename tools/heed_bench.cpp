@@ -314,7 +314,8 @@ int sgemm_case(const Options& o) {
                           {256, 1024, 2048, true, false, "A^T B"}, {1024, 256, 2048, true, false, "A^T B"},
                           {768, 256, 2048, true, false, "A^T B"},  {1024, 1024, 1024, false, false, "A B"},
                           {768, 128, 512, false, true, "A B^T"},   {768, 512, 128, false, true, "A B^T"},
-                          {768, 128, 512, false, false, "A B"},    {128, 512, 768, true, false, "A^T B"}};
+                          {768, 128, 512, false, false, "A B"},    {128, 512, 768, true, false, "A^T B"},
+                          {512, 128, 768, true, false, "A^T B"},   {384, 128, 768, true, false, "A^T B"}};
   std::vector<CpuGemm> codes = {CpuGemm::Openblas, CpuGemm::HeedAvx2, CpuGemm::HeedAvx512};
   const CpuGemm saved = cpu_gemm();
   std::vector<CpuGemm> here;

@@ -601,6 +601,14 @@ void add_nn_function_cases(OpCaseRegistry& r) {
          "gelu(x @ W^T + b) for a transposed (non-contiguous) 3-D x",
          {S::uniform({3, 2, 4}, -2.0, 2.0), S::uniform({5, 4}), S::uniform({5})},
          [](In x) { return F::linear_gelu(x[0].transpose(0, 1), x[1], x[2]); }});
+  r.add({"feed_forward",
+         "gelu(x @ W1^T + b1) @ W2^T + b2 as one node (gelu'(z) kept, dz in one gemm)",
+         {S::uniform({2, 3, 4}, -2.0, 2.0), S::uniform({6, 4}), S::uniform({6}), S::uniform({5, 6}), S::uniform({5})},
+         [](In x) { return F::feed_forward(x[0], x[1], x[2], x[3], x[4]); }});
+  r.add({"feed_forward_no_bias_strided",
+         "gelu(x @ W1^T) @ W2^T for a transposed 3-D x, no biases",
+         {S::uniform({3, 2, 4}, -2.0, 2.0), S::uniform({6, 4}), S::uniform({5, 6})},
+         [](In x) { return F::feed_forward(x[0].transpose(0, 1), x[1], Tensor(), x[2], Tensor()); }});
   r.add({"embedding",
          "rows of a (6, 3) table picked by (2, 4) indices with repeats",
          {S::uniform({6, 3}), S::fixed_indices({2, 4}, {0, 5, 2, 2, 1, 0, 5, 3})},

@@ -73,6 +73,10 @@ Tensor linear_with_bias(const Tensor& x, const Tensor& w_t, const Tensor& bias);
 // recorded "linear_gelu" node keeping the GELU's input (ops/matmul.cpp). Same conditions as
 // linear_with_bias; bias may be undefined.
 Tensor linear_gelu_fused(const Tensor& x, const Tensor& w_t, const Tensor& bias, GeluApproximation approximation);
+// F::feed_forward's fused path: gelu(x @ w1_t (+ b1)) @ w2_t (+ b2) with the erf GELU, one recorded
+// "feed_forward" node that keeps gelu'(z) instead of z and multiplies by it in the gemm that
+// computes dz (ops/matmul.cpp). CPU, float32/float64, x contiguous with K >= 1; biases optional.
+Tensor feed_forward_fused(const Tensor& x, const Tensor& w1_t, const Tensor& b1, const Tensor& w2_t, const Tensor& b2);
 
 // ---- the op registry ------------------------------------------------------------------------
 // Every name heed's own ops record on the tape: the differentiable rows of the element-wise
@@ -85,7 +89,7 @@ Tensor linear_gelu_fused(const Tensor& x, const Tensor& w_t, const Tensor& bias,
 // clang-format off
 #define HEED_HAND_WRITTEN_RECORDED_OPS(X)                                                        \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(clamp) X(where) X(masked_fill)       \
-  X(sum) X(var) X(max) X(min) X(matmul) X(linear) X(linear_gelu) X(layer_norm) X(softmax) X(log_softmax)        \
+  X(sum) X(var) X(max) X(min) X(matmul) X(linear) X(linear_gelu) X(feed_forward) X(layer_norm) X(softmax) X(log_softmax)        \
   X(cross_entropy) X(dropout) X(flash_attention) X(flash_attention_packed)                      \
   X(scaled_dot_product_attention) X(view) X(permute) X(slice) X(select) X(expand) X(cat) X(index_select) X(gather)               \
   X(to_dtype) X(to_device) X(contiguous) X(clone)

@@ -17,6 +17,8 @@
 // thread packs each operand once (plan_grid_for_threads). One product runs all its blocks on
 // one code (read once per call). The row-sum epilogue is summed in double in k order, in a
 // pass of its own or (heed's kernels, op(A) = A^T) while A^T is packed or read: the same bits.
+// The element-wise epilogues (GELU, GELU with its derivative, the multiplier) run on each block
+// right after its gemm, while it is in cache, with the element-wise kernels' own functions.
 #include <strings.h>
 
 #include <atomic>
@@ -223,8 +225,31 @@ void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0
   } else {
     blas_gemm<T>(g.trans_a, g.trans_b, m, n, g.k, static_cast<T>(g.alpha), a, g.lda, b, g.ldb, beta, z, g.ldc);
   }
+  if (g.activation_derivative) {  // gelu(z) and gelu'(z) (GeluErf: checked in gemm), as the gelu row's kernels
+    T* derivative = static_cast<T*>(g.activation_derivative) + r0 * g.ldc + c0;
+    for (int64_t i = 0; i < m; ++i) {
+      const T* z_row = z + i * g.ldc;
+      if constexpr (std::is_same_v<T, float>) {
+        gelu_erf_forward_with_derivative(z_row, c + i * g.ldc, derivative + i * g.ldc, n);
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          c[i * g.ldc + j] = elementwise::gelu_erf(z_row[j]);
+          derivative[i * g.ldc + j] = elementwise::gelu_erf_grad(z_row[j]);
+        }
+      }
+    }
+    return;
+  }
   if (g.activation != GemmActivation::None)
     for (int64_t i = 0; i < m; ++i) activate_row(g.activation, z + i * g.ldc, c + i * g.ldc, n);
+  if (g.c_multiplier) {
+    const T* factor = static_cast<const T*>(g.c_multiplier) + r0 * g.ldc + c0;
+    for (int64_t i = 0; i < m; ++i) {
+      T* row = c + i * g.ldc;
+      const T* factor_row = factor + i * g.ldc;
+      for (int64_t j = 0; j < n; ++j) row[j] *= factor_row[j];
+    }
+  }
 }
 
 // a_row_sums[i] = sum_p op(A)[i, p] in float64, in p order (independent of the thread count).
@@ -417,6 +442,14 @@ void gemm(const GemmArgs& args) {
   HEED_CHECK(!activation || (args.pre_activation && args.ldc == args.n && args.beta == 0.0), "gemm",
              "the activation epilogue needs pre_activation, a contiguous C (ldc {} == n {}) and beta 0 (got {})",
              args.ldc, args.n, args.beta);
+  HEED_CHECK(!args.activation_derivative || (args.activation == GemmActivation::GeluErf && args.batch == 1), "gemm",
+             "the activation_derivative epilogue is for the erf GELU epilogue with batch 1");
+  HEED_CHECK(!args.c_multiplier || (!args.bias && !args.a_row_sums && !activation && args.beta == 0.0 &&
+                                    args.ldc == args.n && args.batch == 1 && args.k > 0),
+             "gemm",
+             "the c_multiplier epilogue needs batch 1, k >= 1, beta 0, a contiguous C (ldc {} == n {}) and no other "
+             "epilogue",
+             args.ldc, args.n);
   HEED_CHECK((!args.bias && !args.a_row_sums && !activation) || args.batch == 1, "gemm",
              "the bias and row-sum epilogues need batch == 1, got batch {}", args.batch);
   HEED_CHECK(!args.bias || args.beta == 0.0, "gemm", "the bias epilogue needs beta == 0, got {}", args.beta);

@@ -341,6 +341,8 @@ GemmEpilogueCounts gemm_epilogue_counts() {
 }
 
 void gemm(const GemmArgs& g) {
+  if (g.activation_derivative || g.c_multiplier)
+    throw_error("gemm", "the activation_derivative and c_multiplier epilogues are CPU-only");
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   const bool activation = g.activation != GemmActivation::None;
   if (!g.bias && !g.a_row_sums && !activation) return cublas_gemm(g, g.beta);

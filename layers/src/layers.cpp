@@ -114,6 +114,12 @@ FeedForward::FeedForward(int64_t d_model, int64_t d_ff, double dropout_p, Activa
 }
 
 Tensor FeedForward::forward(const Tensor& x) const {
+  // With a GELU and no dropout to apply, the whole block is one op (F::feed_forward: the GELU in
+  // fc1's gemm epilogue, its gradient in the gemm of fc2's input gradient).
+  const bool dropout_off = !dropout->is_training() || dropout->p() == 0.0;
+  if (activation_ != Activation::ReLU && dropout_off)
+    return F::feed_forward(x, fc1->weight, fc1->bias, fc2->weight, fc2->bias,
+                           activation_ == Activation::GELUTanh ? GeluApproximation::Tanh : GeluApproximation::None);
   // GELU in fc1's gemm epilogue (F::linear_gelu); ReLU as its own op.
   const Tensor hidden =
       activation_ == Activation::ReLU

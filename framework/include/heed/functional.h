@@ -23,6 +23,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // (..., out) activations fewer. Autograd keeps the GELU's input, as gelu after linear would.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    GeluApproximation approximation = GeluApproximation::None);
+// linear(linear_gelu(x, w1, b1, approximation), w2, b2): a Transformer's feed-forward block as
+// one op with the same values and gradients (bit for bit on the CPU), whose backward computes
+// the GELU's gradient inside the gemm that produces it (on the CPU; elsewhere a pass after it)
+// instead of a separate pass over the (..., hidden) activations. nn::FeedForward uses it when its
+// dropout is off. w1 (hidden, in), b1 (hidden) or undefined, w2 (out, hidden), b2 (out) or
+// undefined.
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                    GeluApproximation approximation = GeluApproximation::None);
 // Rows of `weight` (num, dim) picked by int64 `indices` of any shape: (..., dim).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 

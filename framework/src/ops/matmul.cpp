@@ -96,6 +96,9 @@ struct Epilogue {
   kernels::GemmActivation activation = kernels::GemmActivation::None;
   Tensor* pre_activation = nullptr;  // receives z, the activation's input (with an activation)
   Tensor* a_row_sums = nullptr;      // receives the row sums of a, or stays undefined
+  // CPU-only epilogues for products that are one gemm with K >= 1 (F::feed_forward checks):
+  Tensor* activation_derivative = nullptr;  // with the erf GELU: receives gelu'(z)
+  Tensor c_multiplier;                      // alone: out = (a @ b) * c_multiplier (out's shape)
 };
 
 kernels::UnaryOp unary_row_of(kernels::GemmActivation activation) {
@@ -200,7 +203,24 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
     args.activation = activation;
     args.pre_activation = z.raw_data();
   }
+  Tensor derivative;
+  const bool cpu_only_epilogue = epilogue.activation_derivative || epilogue.c_multiplier.defined();
+  if (cpu_only_epilogue)
+    HEED_CHECK(a.device().type == DeviceType::CPU && args.batch == 1 && dtype == compute, "matmul",
+               "the derivative and multiplier epilogues need one CPU gemm in the operands' dtype");
+  if (epilogue.activation_derivative && z.defined()) {
+    derivative = detail::make_empty(out_shape, compute, a.device());
+    args.activation_derivative = derivative.raw_data();
+  }
+  if (epilogue.c_multiplier.defined()) {
+    HEED_CHECK(epilogue.c_multiplier.shape() == out_shape && epilogue.c_multiplier.is_contiguous() &&
+                   epilogue.c_multiplier.dtype() == compute,
+               "matmul", "the multiplier epilogue needs a contiguous {} of shape {}, got {}", dtype_name(compute),
+               shape_str(out_shape), shape_str(epilogue.c_multiplier.shape()));
+    args.c_multiplier = epilogue.c_multiplier.raw_data();
+  }
   HEED_KERNEL(a.device(), gemm)(args);
+  if (epilogue.activation_derivative) *epilogue.activation_derivative = derivative;
   if (epilogue.a_row_sums)
     *epilogue.a_row_sums = row_sums.defined() && dtype != compute ? row_sums.to(dtype) : row_sums;
   if (activation == kernels::GemmActivation::None) return finish(out, out);
@@ -326,6 +346,68 @@ Tensor detail::linear_gelu_fused(const Tensor& x, const Tensor& w_t, const Tenso
       detail::record("linear_gelu", {&a, &w_t, &bias}, out, backward);
     else
       detail::record("linear_gelu", {&a, &w_t}, out, backward);
+  }
+  return x.dim() == 1 ? out.squeeze(0) : out;
+}
+
+// F::feed_forward's fused path: y = gelu(x (..., K) @ w1_t (K, F) (+ b1)) @ w2_t (F, N) (+ b2), the
+// GELU in the first gemm's epilogue and b2 in the second's, one recorded "feed_forward" node.
+// With a gradient to compute, the first gemm's epilogue also writes gelu'(z), which the node
+// keeps instead of z (the same bytes), and the backward's dz = (dY @ w2_t^T) * gelu'(z) is one
+// gemm with a multiplier epilogue: the GELU's backward pass (an erf, an exp and a division per
+// element, compute-bound on AVX-512) is gone for one exp more in the forward. dW2 and b2's
+// gradient (the row sums of dY^T) come from dY and the kept h, then linear_gelu's backward on
+// dz. Every output and gradient has the bits of linear_gelu followed by linear. CPU, float32 or
+// float64, the erf GELU, x contiguous with K >= 1 only (F::feed_forward checks; else the two ops).
+Tensor detail::feed_forward_fused(const Tensor& x, const Tensor& w1_t, const Tensor& b1, const Tensor& w2_t,
+                                  const Tensor& b2) {
+  const Tensor a = x.dim() == 1 ? x.unsqueeze(0) : x;
+  const bool need_b1 = b1.defined() && b1.requires_grad(), need_b2 = b2.defined() && b2.requires_grad();
+  const bool need_dz = a.requires_grad() || w1_t.requires_grad() || need_b1;
+  const bool record = need_dz || w2_t.requires_grad() || need_b2;
+  Epilogue fc1_epilogue;
+  fc1_epilogue.bias = b1.defined() ? b1.detach() : Tensor();
+  fc1_epilogue.activation = kernels::GemmActivation::GeluErf;
+  Tensor z, derivative;
+  fc1_epilogue.pre_activation = &z;
+  if (need_dz) fc1_epilogue.activation_derivative = &derivative;
+  const Tensor h = matmul_raw(a.detach(), w1_t.detach(), fc1_epilogue);  // (..., F)
+  z = Tensor();                                                          // not kept: the backward reads gelu'(z)
+  Epilogue fc2_epilogue;
+  fc2_epilogue.bias = b2.defined() ? b2.detach() : Tensor();
+  Tensor out = matmul_raw(h, w2_t.detach(), fc2_epilogue);  // (..., N)
+  if (record) {
+    const Dims b1_shape = b1.defined() ? b1.shape() : Dims{}, b2_shape = b2.defined() ? b2.shape() : Dims{};
+    const bool with_b1 = b1.defined(), with_b2 = b2.defined();
+    auto backward = [fc1 = MatmulBackward(a, w1_t, "feed_forward"), fc2 = MatmulBackward(h, w2_t, "feed_forward"),
+                     saved_derivative = SavedTensor(derivative, "feed_forward"),
+                     saved_w2_t = SavedTensor(need_dz ? w2_t : Tensor(), "feed_forward"), need_dz, need_b1, need_b2,
+                     with_b1, with_b2, b1_shape, b2_shape](const Tensor& g_in) {
+      const Tensor g = g_in.contiguous();  // (..., N): one gemm below
+      Tensor b1_grad, b2_grad;
+      std::vector<Tensor> fc1_grads(2);
+      if (need_dz) {
+        // dz = (g @ w2_t^T) * gelu'(z): the product linear's backward computes for h, times
+        // the factor the gelu row's backward would compute, in one gemm.
+        Epilogue times_derivative;
+        times_derivative.c_multiplier = saved_derivative.get();
+        const Tensor dz = matmul_raw(g, saved_w2_t.get().transpose(-1, -2), times_derivative);
+        fc1_grads = fc1(dz, need_b1 ? &b1_grad : nullptr);
+        if (need_b1 && !b1_grad.defined()) b1_grad = sum_to(dz, b1_shape);
+      }
+      const std::vector<Tensor> fc2_grads = fc2(g, need_b2 ? &b2_grad : nullptr);  // h has no gradient
+      if (need_b2 && !b2_grad.defined()) b2_grad = sum_to(g, b2_shape);
+      std::vector<Tensor> grads = {fc1_grads[0], fc1_grads[1]};
+      if (with_b1) grads.push_back(b1_grad);
+      grads.push_back(fc2_grads[1]);
+      if (with_b2) grads.push_back(b2_grad);
+      return grads;
+    };
+    std::vector<const Tensor*> inputs = {&a, &w1_t};
+    if (with_b1) inputs.push_back(&b1);
+    inputs.push_back(&w2_t);
+    if (with_b2) inputs.push_back(&b2);
+    detail::record("feed_forward", inputs, out, backward);
   }
   return x.dim() == 1 ? out.squeeze(0) : out;
 }

@@ -5,7 +5,8 @@
 // dim is transposed there and back); cross_entropy saves only the per-row log-sum-exp;
 // dropout saves only its Philox (seed, offset) and regenerates the mask in backward.
 // linear_gelu is linear followed by gelu with the GELU in the gemm's epilogue (one node that keeps
-// the GELU's input, as gelu alone would).
+// the GELU's input, as gelu alone would); feed_forward is linear_gelu then linear as one node,
+// the GELU's gradient in the gemm that computes it.
 // Under amp::Autocast, linear computes in the autocast dtype and the softmax family in
 // float32 (cross_entropy always computes 16-bit logits in float32 and returns float32).
 #include <cmath>
@@ -117,6 +118,30 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, Ge
   const LinearOperands in = linear_operands(x, weight, bias);
   if (gemm_takes_as_is(in)) return detail::linear_gelu_fused(in.x, in.weight.t(), in.bias, approximation);
   return heed::gelu(linear(in.x, in.weight, in.bias), approximation);  // the two ops
+}
+
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                    GeluApproximation approximation) {
+  HEED_PROFILE_OP("feed_forward", &x, &w1, &w2);
+  check_linear_args(x, w1, b1, "feed_forward");
+  detail::check_defined(w2, "feed_forward", "w2");
+  HEED_CHECK(w2.dim() == 2 && w2.shape()[1] == w1.shape()[0], "feed_forward",
+             "w2 must have shape [out, {}] (its in_features the hidden width of w1 of shape {}), got {}", w1.shape()[0],
+             shape_str(w1.shape()), shape_str(w2.shape()));
+  HEED_CHECK(!b2.defined() || (b2.dim() == 1 && b2.shape()[0] == w2.shape()[0]), "feed_forward",
+             "b2 must have shape [{}], got {}", w2.shape()[0], shape_str(b2.shape()));
+  detail::check_same_device(x, w2, "feed_forward");
+  // One node where the CPU's gemm has the epilogues (float32/float64, the erf GELU, no autocast),
+  // elsewhere the two ops.
+  const DType dtype = x.dtype();
+  const bool one_dtype = (dtype == kFloat32 || dtype == kFloat64) && w1.dtype() == dtype && w2.dtype() == dtype &&
+                         (!b1.defined() || b1.dtype() == dtype) && (!b2.defined() || b2.dtype() == dtype);
+  const bool all_cpu = x.device().type == DeviceType::CPU && (!b1.defined() || b1.device() == x.device()) &&
+                       (!b2.defined() || b2.device() == x.device());
+  if (approximation == GeluApproximation::None && one_dtype && all_cpu && !amp::autocast_enabled() && x.numel() > 0 &&
+      w1.numel() > 0)
+    return detail::feed_forward_fused(x.contiguous(), w1.t(), b1, w2.t(), b2);
+  return linear(linear_gelu(x, w1, b1, approximation), w2, b2);  // the two ops
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
