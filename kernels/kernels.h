@@ -123,7 +123,8 @@ using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t 
 //    z is in cache).
 //  * activation_derivative (CPU, GeluErf only; with the activation epilogue): also
 //    receives gelu'(z) (m x n, contiguous), the factor the gelu row's backward multiplies its
-//    incoming gradient by, with that kernel's bits (for a backward that keeps it instead of z).
+//    incoming gradient by, with that kernel's bits (for a backward that keeps it instead of z);
+//    pre_activation may then be null (z is formed in C's block and replaced by gelu(z)).
 //  * c_multiplier (CPU only; alone, beta 0, C contiguous): C = (alpha * op(A) @ op(B)) *
 //    c_multiplier element by element (m x n, contiguous), block by block while the block of C
 //    is in cache: the gradient of a GELU whose derivative the forward kept (F::feed_forward).

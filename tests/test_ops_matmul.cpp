@@ -328,6 +328,14 @@ void check_gemm_epilogues(DType dtype, double rtol) {
                                      m * n, 0.0);
         CHECK(std::memcmp(h.data(), want_h.data(), mn * sizeof(T)) == 0);
         CHECK(std::memcmp(derivative.data(), want_derivative.data(), mn * sizeof(T)) == 0);
+        // Without pre_activation: z formed in C's block and replaced there, the same bits.
+        std::vector<T> h_in_place(mn, std::numeric_limits<T>::quiet_NaN()), derivative_in_place(mn);
+        args.c = h_in_place.data();
+        args.pre_activation = nullptr;
+        args.activation_derivative = derivative_in_place.data();
+        kernels::cpu::gemm(args);
+        CHECK(std::memcmp(h_in_place.data(), want_h.data(), mn * sizeof(T)) == 0);
+        CHECK(std::memcmp(derivative_in_place.data(), want_derivative.data(), mn * sizeof(T)) == 0);
         bad = 0;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {

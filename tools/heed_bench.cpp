@@ -298,7 +298,7 @@ int matmul_case(const Options& o) {
 }
 
 // sgemm: the float32 matmuls of the lm step (d 256, B16 T128: forward, input gradient, its three
-// weight-gradient shapes), a 1024^3 square and four of charlm's small products through every CPU
+// weight-gradient shapes), a 1024^3 square and six of charlm's small products through every CPU
 // gemm code this CPU has (heed::CpuGemm), with the current threads, alternately in one process; one
 // JSON line per shape. With --cold every timed product starts with its operands out of the caches
 // (64 MiB written first, outside the timing), as a step finds its weight gradients' inputs.

@@ -207,7 +207,9 @@ template <typename T>
 void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0, int64_t c0, const T* a, const T* b,
               T* batch_c, double* row_sums) {
   T* const c = batch_c + r0 * g.ldc + c0;
-  T* const z = g.activation == GemmActivation::None ? c : static_cast<T*>(g.pre_activation) + r0 * g.ldc + c0;
+  T* const z = g.activation == GemmActivation::None || !g.pre_activation
+                   ? c
+                   : static_cast<T*>(g.pre_activation) + r0 * g.ldc + c0;
   T beta = static_cast<T>(g.beta);
   const T* bias = g.bias ? static_cast<const T*>(g.bias) + c0 : nullptr;
   const bool heed_kernel = std::is_same_v<T, float> && code != GemmCode::Openblas;
@@ -233,8 +235,9 @@ void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0
         gelu_erf_forward_with_derivative(z_row, c + i * g.ldc, derivative + i * g.ldc, n);
       } else {
         for (int64_t j = 0; j < n; ++j) {
-          c[i * g.ldc + j] = elementwise::gelu_erf(z_row[j]);
-          derivative[i * g.ldc + j] = elementwise::gelu_erf_grad(z_row[j]);
+          const T v = z_row[j];  // z may be C's own block
+          c[i * g.ldc + j] = elementwise::gelu_erf(v);
+          derivative[i * g.ldc + j] = elementwise::gelu_erf_grad(v);
         }
       }
     }
@@ -439,9 +442,12 @@ void gemm(const GemmArgs& args) {
   HEED_CHECK(!args.a_row_sums || (args.alpha == 1.0 && args.beta == 0.0), "gemm",
              "the row-sum epilogue needs alpha 1 and beta 0 (as cuBLASLt's BGRADB is used), got {} and {}", args.alpha,
              args.beta);
-  HEED_CHECK(!activation || (args.pre_activation && args.ldc == args.n && args.beta == 0.0), "gemm",
-             "the activation epilogue needs pre_activation, a contiguous C (ldc {} == n {}) and beta 0 (got {})",
-             args.ldc, args.n, args.beta);
+  HEED_CHECK(
+      !activation || ((args.pre_activation || args.activation_derivative) && args.ldc == args.n && args.beta == 0.0),
+      "gemm",
+      "the activation epilogue needs pre_activation (or activation_derivative), a contiguous C (ldc {} == n {}) "
+      "and beta 0 (got {})",
+      args.ldc, args.n, args.beta);
   HEED_CHECK(!args.activation_derivative || (args.activation == GemmActivation::GeluErf && args.batch == 1), "gemm",
              "the activation_derivative epilogue is for the erf GELU epilogue with batch 1");
   HEED_CHECK(!args.c_multiplier || (!args.bias && !args.a_row_sums && !activation && args.beta == 0.0 &&

@@ -332,6 +332,7 @@ inline void gelu_erf_backward(const float* g, const float* x, float* out, int64_
 // gelu_erf_backward multiplies g by, with the bits of both (the same operations per element):
 // g * derivative is gelu_erf_backward's result. For a backward that keeps gelu'(z) instead of z
 // (F::feed_forward), at the cost of one exp per element more in the forward and none in it.
+// x and out may be the same array (each element is read before its results are stored).
 inline void gelu_erf_forward_with_derivative(const float* x, float* out, float* derivative, int64_t n) {
   constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
   int64_t i = 0;
@@ -349,11 +350,12 @@ inline void gelu_erf_forward_with_derivative(const float* x, float* out, float* 
   }
 #endif
   for (; i < n; ++i) {
-    const float e = fast_erf(x[i] * kInvSqrt2);
-    out[i] = (0.5f * x[i]) * (1.0f + e);
+    const float v = x[i];  // x and out may be one array
+    const float e = fast_erf(v * kInvSqrt2);
+    out[i] = (0.5f * v) * (1.0f + e);
     const float cdf = 0.5f * (1.0f + e);
-    const float pdf = kInvSqrt2Pi * fast_exp(-0.5f * x[i] * x[i]);
-    derivative[i] = std::fma(x[i], pdf, cdf);
+    const float pdf = kInvSqrt2Pi * fast_exp(-0.5f * v * v);
+    derivative[i] = std::fma(v, pdf, cdf);
   }
 }
 

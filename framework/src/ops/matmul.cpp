@@ -97,7 +97,7 @@ struct Epilogue {
   Tensor* pre_activation = nullptr;  // receives z, the activation's input (with an activation)
   Tensor* a_row_sums = nullptr;      // receives the row sums of a, or stays undefined
   // CPU-only epilogues for products that are one gemm with K >= 1 (F::feed_forward checks):
-  Tensor* activation_derivative = nullptr;  // with the erf GELU: receives gelu'(z)
+  Tensor* activation_derivative = nullptr;  // with the erf GELU: receives gelu'(z) (z is not kept)
   Tensor c_multiplier;                      // alone: out = (a @ b) * c_multiplier (out's shape)
 };
 
@@ -198,19 +198,21 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
     row_sums = detail::make_empty({args.m}, compute, a.device());
     args.a_row_sums = row_sums.raw_data();
   }
-  if (activation != kernels::GemmActivation::None && args.batch == 1) {
-    z = detail::make_empty(out_shape, compute, a.device());
-    args.activation = activation;
-    args.pre_activation = z.raw_data();
-  }
   Tensor derivative;
   const bool cpu_only_epilogue = epilogue.activation_derivative || epilogue.c_multiplier.defined();
   if (cpu_only_epilogue)
     HEED_CHECK(a.device().type == DeviceType::CPU && args.batch == 1 && dtype == compute, "matmul",
                "the derivative and multiplier epilogues need one CPU gemm in the operands' dtype");
-  if (epilogue.activation_derivative && z.defined()) {
-    derivative = detail::make_empty(out_shape, compute, a.device());
-    args.activation_derivative = derivative.raw_data();
+  if (activation != kernels::GemmActivation::None && args.batch == 1) {
+    args.activation = activation;
+    if (epilogue.activation_derivative) {
+      // gelu'(z) instead of z: z lives in the output's block until gelu(z) replaces it.
+      derivative = detail::make_empty(out_shape, compute, a.device());
+      args.activation_derivative = derivative.raw_data();
+    } else {
+      z = detail::make_empty(out_shape, compute, a.device());
+      args.pre_activation = z.raw_data();
+    }
   }
   if (epilogue.c_multiplier.defined()) {
     HEED_CHECK(epilogue.c_multiplier.shape() == out_shape && epilogue.c_multiplier.is_contiguous() &&
@@ -224,6 +226,7 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
   if (epilogue.a_row_sums)
     *epilogue.a_row_sums = row_sums.defined() && dtype != compute ? row_sums.to(dtype) : row_sums;
   if (activation == kernels::GemmActivation::None) return finish(out, out);
+  if (derivative.defined()) return finish(out, Tensor());
   if (!z.defined()) return finish(activation_pass(out), out);
   return finish(out, z);
 }
@@ -368,11 +371,11 @@ Tensor detail::feed_forward_fused(const Tensor& x, const Tensor& w1_t, const Ten
   Epilogue fc1_epilogue;
   fc1_epilogue.bias = b1.defined() ? b1.detach() : Tensor();
   fc1_epilogue.activation = kernels::GemmActivation::GeluErf;
-  Tensor z, derivative;
+  Tensor z, derivative;  // z, the GELU's input, only where no gradient is needed (dropped then)
   fc1_epilogue.pre_activation = &z;
-  if (need_dz) fc1_epilogue.activation_derivative = &derivative;
+  if (need_dz) fc1_epilogue.activation_derivative = &derivative;         // z then never leaves the gemm
   const Tensor h = matmul_raw(a.detach(), w1_t.detach(), fc1_epilogue);  // (..., F)
-  z = Tensor();                                                          // not kept: the backward reads gelu'(z)
+  z = Tensor();
   Epilogue fc2_epilogue;
   fc2_epilogue.bias = b2.defined() ? b2.detach() : Tensor();
   Tensor out = matmul_raw(h, w2_t.detach(), fc2_epilogue);  // (..., N)
