@@ -47,7 +47,8 @@ double norm_of(const std::vector<Tensor>& grads, double norm_type, const char* o
       if (grad.device() != device || grad.numel() == 0) continue;
       HEED_CHECK(is_floating(grad.dtype()), op, "gradient of dtype {} (shape {}) is not floating-point",
                  dtype_name(grad.dtype()), shape_str(grad.shape()));
-      keep_alive.push_back(grad.detach().contiguous());
+      keep_alive.push_back(grad.is_contiguous() ? grad.detach()
+                                                : grad.detach().contiguous());  // no op call when not needed
       inputs.push_back({keep_alive.back().raw_data(), grad.dtype(), grad.numel()});
     }
     if (inputs.empty()) continue;

@@ -380,7 +380,9 @@ void Adam::step() {
       const Tensor& p = group.params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      grad = grad.detach().to(p.dtype()).contiguous();
+      grad = grad.detach();  // converted or copied only where needed (the ops cost microseconds each)
+      if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
+      if (!grad.is_contiguous()) grad = grad.contiguous();
       ParamState& s = state_[g][i];
       auto buffer = [&](const char* buffer_name) -> Tensor& {
         auto it = s.buffers.find(buffer_name);
