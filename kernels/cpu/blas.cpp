@@ -232,7 +232,7 @@ void gemm_one(const GemmArgs& g, GemmCode code, int64_t m, int64_t n, int64_t r0
     for (int64_t i = 0; i < m; ++i) {
       const T* z_row = z + i * g.ldc;
       if constexpr (std::is_same_v<T, float>) {
-        gelu_erf_forward_with_derivative(z_row, c + i * g.ldc, derivative + i * g.ldc, n);
+        gelu_erf_forward(z_row, c + i * g.ldc, n, derivative + i * g.ldc);
       } else {
         for (int64_t j = 0; j < n; ++j) {
           const T v = z_row[j];  // z may be C's own block

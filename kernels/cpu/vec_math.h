@@ -210,18 +210,6 @@ HEED_AVX512 inline __m512 fast_erf16(__m512 a) {
   return _mm512_mask_blend_ps(is_nan, _mm512_div_ps(_mm512_mul_ps(x, p), q), a);
 }
 
-// The GELU loops over the first n - n % 16 elements; they return how many they did.
-HEED_AVX512 inline int64_t gelu_erf_forward(const float* x, float* out, int64_t n) {
-  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), c = _mm512_set1_ps(0.70710678118654752f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 e = fast_erf16(_mm512_mul_ps(v, c));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
-  }
-  return i;
-}
-
 // gelu'(v) = Phi(v) + v phi(v) from v and e = erf(v / sqrt 2): the factor the backward
 // multiplies g by (gelu_erf_factor8's steps at twice the width).
 HEED_AVX512 inline __m512 gelu_erf_factor16(__m512 v, __m512 e) {
@@ -231,6 +219,19 @@ HEED_AVX512 inline __m512 gelu_erf_factor16(__m512 v, __m512 e) {
   return _mm512_fmadd_ps(v, pdf, cdf);
 }
 
+// The GELU loops over the first n - n % 16 elements; they return how many they did.
+HEED_AVX512 inline int64_t gelu_erf_forward(const float* x, float* out, int64_t n, float* derivative) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), c = _mm512_set1_ps(0.70710678118654752f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 e = fast_erf16(_mm512_mul_ps(v, c));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
+    if (derivative != nullptr) _mm512_storeu_ps(derivative + i, gelu_erf_factor16(v, e));
+  }
+  return i;
+}
+
 HEED_AVX512 inline int64_t gelu_erf_backward(const float* g, const float* x, float* out, int64_t n) {
   const __m512 c = _mm512_set1_ps(0.70710678118654752f);
   int64_t i = 0;
@@ -238,18 +239,6 @@ HEED_AVX512 inline int64_t gelu_erf_backward(const float* g, const float* x, flo
     const __m512 v = _mm512_loadu_ps(x + i);
     _mm512_storeu_ps(out + i,
                      _mm512_mul_ps(_mm512_loadu_ps(g + i), gelu_erf_factor16(v, fast_erf16(_mm512_mul_ps(v, c)))));
-  }
-  return i;
-}
-// gelu_erf_forward's out and gelu_erf_backward's factor of g (Phi(x) + x phi(x)) in one loop.
-HEED_AVX512 inline int64_t gelu_erf_forward_with_derivative(const float* x, float* out, float* derivative, int64_t n) {
-  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), c = _mm512_set1_ps(0.70710678118654752f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 e = fast_erf16(_mm512_mul_ps(v, c));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
-    _mm512_storeu_ps(derivative + i, gelu_erf_factor16(v, e));
   }
   return i;
 }
@@ -294,22 +283,6 @@ inline bool vec_has_avx512f() {
 #endif
 }
 
-// GELU with erf, forward: out = 0.5 x (1 + erf(x / sqrt 2)).
-inline void gelu_erf_forward(const float* x, float* out, int64_t n) {
-  constexpr float kInvSqrt2 = 0.70710678118654752f;
-  int64_t i = 0;
-#if HEED_HAVE_AVX2
-  if (n >= 16 && vec_has_avx512f()) i = avx512::gelu_erf_forward(x, out, n);
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(kInvSqrt2);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 e = fast_erf8(_mm256_mul_ps(v, c));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
-  }
-#endif
-  for (; i < n; ++i) out[i] = (0.5f * x[i]) * (1.0f + fast_erf(x[i] * kInvSqrt2));
-}
-
 // gelu'(v) = Phi(v) + v phi(v) from v and e = erf(v / sqrt 2), one element and eight: the
 // factor gelu_erf_backward multiplies g by.
 inline float gelu_erf_factor(float v, float e) {
@@ -326,6 +299,33 @@ inline __m256 gelu_erf_factor8(__m256 v, __m256 e) {
 }
 #endif
 
+// GELU with erf, forward: out = 0.5 x (1 + erf(x / sqrt 2)). With a derivative array it also
+// writes derivative = gelu'(x) = Phi(x) + x phi(x), the factor gelu_erf_backward multiplies g by,
+// with the bits of that backward (the same operations per element): g * derivative is its
+// result. For a backward that keeps gelu'(z) instead of z (F::feed_forward), at the cost of one
+// exp per element more in the forward and none in the backward. x and out may be the same array
+// (each element is read before its results are stored).
+inline void gelu_erf_forward(const float* x, float* out, int64_t n, float* derivative = nullptr) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  int64_t i = 0;
+#if HEED_HAVE_AVX2
+  if (n >= 16 && vec_has_avx512f()) i = avx512::gelu_erf_forward(x, out, n, derivative);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(kInvSqrt2);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 e = fast_erf8(_mm256_mul_ps(v, c));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
+    if (derivative != nullptr) _mm256_storeu_ps(derivative + i, gelu_erf_factor8(v, e));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i];  // x and out may be one array
+    const float e = fast_erf(v * kInvSqrt2);
+    out[i] = (0.5f * v) * (1.0f + e);
+    if (derivative != nullptr) derivative[i] = gelu_erf_factor(v, e);
+  }
+}
+
 // GELU with erf, backward: grad_in = g * (Phi(x) + x phi(x)).
 inline void gelu_erf_backward(const float* g, const float* x, float* out, int64_t n) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
@@ -340,32 +340,6 @@ inline void gelu_erf_backward(const float* g, const float* x, float* out, int64_
   }
 #endif
   for (; i < n; ++i) out[i] = g[i] * gelu_erf_factor(x[i], fast_erf(x[i] * kInvSqrt2));
-}
-
-// out = gelu_erf_forward's values and derivative = gelu'(x) = Phi(x) + x phi(x), the factor
-// gelu_erf_backward multiplies g by, with the bits of both (the same operations per element):
-// g * derivative is gelu_erf_backward's result. For a backward that keeps gelu'(z) instead of z
-// (F::feed_forward), at the cost of one exp per element more in the forward and none in it.
-// x and out may be the same array (each element is read before its results are stored).
-inline void gelu_erf_forward_with_derivative(const float* x, float* out, float* derivative, int64_t n) {
-  constexpr float kInvSqrt2 = 0.70710678118654752f;
-  int64_t i = 0;
-#if HEED_HAVE_AVX2
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(kInvSqrt2);
-  if (n >= 16 && vec_has_avx512f()) i = avx512::gelu_erf_forward_with_derivative(x, out, derivative, n);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 e = fast_erf8(_mm256_mul_ps(v, c));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
-    _mm256_storeu_ps(derivative + i, gelu_erf_factor8(v, e));
-  }
-#endif
-  for (; i < n; ++i) {
-    const float v = x[i];  // x and out may be one array
-    const float e = fast_erf(v * kInvSqrt2);
-    out[i] = (0.5f * v) * (1.0f + e);
-    derivative[i] = gelu_erf_factor(v, e);
-  }
 }
 
 // out[i] = exp(in[i] - shift) for n floats (in and out may alias).

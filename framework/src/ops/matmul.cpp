@@ -361,25 +361,24 @@ Tensor detail::linear_gelu_fused(const Tensor& x, const Tensor& w_t, const Tenso
 // element, compute-bound on AVX-512) is gone for one exp more in the forward. dW2 and b2's
 // gradient (the row sums of dY^T) come from dY and the kept h, then linear_gelu's backward on
 // dz. Every output and gradient has the bits of linear_gelu followed by linear. CPU, float32 or
-// float64, the erf GELU, x contiguous with K >= 1 only (F::feed_forward checks; else the two ops).
+// float64, the erf GELU, K >= 1 only (F::feed_forward checks; else the two ops), x contiguous
+// (F::feed_forward passes x.contiguous(): the bits of the two ops on those rows).
 Tensor detail::feed_forward_fused(const Tensor& x, const Tensor& w1_t, const Tensor& b1, const Tensor& w2_t,
                                   const Tensor& b2) {
   const Tensor a = x.dim() == 1 ? x.unsqueeze(0) : x;
   const bool need_b1 = b1.defined() && b1.requires_grad(), need_b2 = b2.defined() && b2.requires_grad();
   const bool need_dz = a.requires_grad() || w1_t.requires_grad() || need_b1;
-  const bool record = need_dz || w2_t.requires_grad() || need_b2;
+  const bool needs_node = need_dz || w2_t.requires_grad() || need_b2;
   Epilogue fc1_epilogue;
   fc1_epilogue.bias = b1.defined() ? b1.detach() : Tensor();
   fc1_epilogue.activation = kernels::GemmActivation::GeluErf;
-  Tensor z, derivative;  // z, the GELU's input, only where no gradient is needed (dropped then)
-  fc1_epilogue.pre_activation = &z;
-  if (need_dz) fc1_epilogue.activation_derivative = &derivative;         // z then never leaves the gemm
+  Tensor derivative;  // gelu'(z); z, the GELU's input, is never handed back
+  if (need_dz) fc1_epilogue.activation_derivative = &derivative;
   const Tensor h = matmul_raw(a.detach(), w1_t.detach(), fc1_epilogue);  // (..., F)
-  z = Tensor();
   Epilogue fc2_epilogue;
   fc2_epilogue.bias = b2.defined() ? b2.detach() : Tensor();
   Tensor out = matmul_raw(h, w2_t.detach(), fc2_epilogue);  // (..., N)
-  if (record) {
+  if (needs_node) {
     const Dims b1_shape = b1.defined() ? b1.shape() : Dims{}, b2_shape = b2.defined() ? b2.shape() : Dims{};
     const bool with_b1 = b1.defined(), with_b2 = b2.defined();
     auto backward = [fc1 = MatmulBackward(a, w1_t, "feed_forward"), fc2 = MatmulBackward(h, w2_t, "feed_forward"),
