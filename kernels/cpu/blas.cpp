@@ -115,16 +115,13 @@ namespace {
 // Auto: heed's AVX-512 kernel on every CPU with AVX-512F (faster there than each of OpenBLAS's
 // sets, its SkylakeX set included: one block per thread instead of shape-only blocks, the
 // bias gradient summed while packing; README, "Which BLAS kernels run"); heed's AVX2 kernel on
-// an AVX2 CPU where OpenBLAS runs a generic set (what openblas_coretype_hint reports);
-// OpenBLAS where it runs its AVX2 set on an AVX2 CPU (level with heed's AVX2 kernel on the Zen 3
-// of stop 34, and the library users compare with; heed's kernel has been ahead on a Zen 4 forced
-// to AVX2 since stop 36's packing fix, not yet confirmed on an AVX2-only CPU) or where heed's
-// kernels are not built.
+// every other CPU with AVX2 and FMA, whatever set OpenBLAS runs (ahead of OpenBLAS's AVX2 Zen
+// set on an AVX2-only Zen 3 since stop 36's packing fix: the lm step 9% and charlm 10% faster,
+// stop 41; far ahead of a generic set); OpenBLAS where heed's kernels are not built.
 GemmCode resolve(GemmCode code) {
   if (code != GemmCode::Auto) return code;
   if (heed_sgemm_supported(SgemmKernel::Avx512)) return GemmCode::HeedAvx512;
-  // openblas_coretype_hint is not empty, too, where OpenBLAS loaded a set this CPU cannot run.
-  if (openblas_narrower_than_heed()) return GemmCode::HeedAvx2;
+  if (heed_sgemm_supported(SgemmKernel::Avx2)) return GemmCode::HeedAvx2;
   return GemmCode::Openblas;
 }
 
@@ -155,15 +152,6 @@ std::atomic<GemmCode>& current_gemm_code() {
   return code;
 }
 }  // namespace
-
-bool openblas_narrower_than_heed() {
-  static const bool narrower = [] {
-    const bool avx2 = heed_sgemm_supported(SgemmKernel::Avx2), avx512 = heed_sgemm_supported(SgemmKernel::Avx512);
-    __builtin_cpu_init();
-    return avx2 && *openblas_coretype_hint(blas_library().core, avx2, avx512, __builtin_cpu_is("amd")) != 0;
-  }();
-  return narrower;
-}
 
 void set_gemm_code(GemmCode code) {
   if (code == GemmCode::Openblas) check_openblas_runs_here("set_cpu_gemm");

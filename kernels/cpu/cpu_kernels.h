@@ -84,13 +84,9 @@ int64_t heed_sgemm_mc_panels(int64_t mr, int64_t packed_b_floats, int64_t nc, in
 void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                 double* a_row_sums = nullptr, const float* bias = nullptr);
-// Whether OpenBLAS's kernel set is narrower than heed's own kernels on this CPU (a generic set
-// where heed has AVX2, an AVX2 set where it has AVX-512: openblas_coretype_hint is not empty).
-// Decides Auto for the float32 gemm code on CPUs without AVX-512. Checked once.
-bool openblas_narrower_than_heed();
 // Which code computes float32 gemms: Auto (the default) is heed's AVX-512 kernel on every CPU
-// with AVX-512F, heed's AVX2 kernel where OpenBLAS runs a generic set on an AVX2 CPU, OpenBLAS
-// elsewhere (its AVX2 set on an AVX2 CPU, or builds without heed's kernels).
+// with AVX-512F, heed's AVX2 kernel on every other CPU with AVX2 (whatever set OpenBLAS runs),
+// OpenBLAS in builds without heed's kernels.
 // HEED_CPU_GEMM=openblas|avx2|avx512 in the environment sets it at start-up.
 // (The same values as heed::CpuGemm in heed/blas_info.h, which converts to it.)
 enum class GemmCode { Auto, Openblas, HeedAvx2, HeedAvx512 };

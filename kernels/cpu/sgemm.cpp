@@ -5,8 +5,8 @@
 // Why: OpenBLAS chooses its kernel set once, from a CPU table frozen at its release; Debian 12's
 // 0.3.21 runs its AVX2 set on AMD Zen 5 (half the FMA width that CPU has) and its SSE3 set
 // on recent Xeons (a quarter of it). heed runs its AVX-512 kernel on every AVX-512 CPU (with one
-// block per thread it is ahead of OpenBLAS's AVX-512 set too) and its AVX2 kernel where OpenBLAS
-// runs a generic set on an AVX2 CPU (blas.cpp).
+// block per thread it is ahead of OpenBLAS's AVX-512 set too) and its AVX2 kernel on every other
+// AVX2 CPU (ahead of OpenBLAS's AVX2 sets as well: blas.cpp).
 // This is the classic packed design (Goto / BLIS): op(B) = B^T is packed per KC x NR sliver
 // (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
 // packed), op(A) per MR x KC panel in blocks of MC panels (12, or 4-11 where a packed B slice

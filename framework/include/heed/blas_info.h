@@ -44,10 +44,10 @@ struct BlasInfo {
 BlasInfo blas_info();
 
 // Which code computes float32 CPU matmuls. Auto (the default) picks heed's own AVX-512 kernel on
-// every CPU with AVX-512F (whatever kernel set OpenBLAS runs: heed's is the faster there, the
-// README's "Which BLAS kernels run" has the figures), heed's AVX2 kernel on an AVX2 CPU where
-// OpenBLAS runs a generic set (coretype_hint not empty), and OpenBLAS where it runs its AVX2 set
-// on an AVX2 CPU. The environment variable HEED_CPU_GEMM=auto|openblas|avx2|
+// every CPU with AVX-512F and its AVX2 kernel on every other CPU with AVX2, whatever kernel set
+// OpenBLAS runs (heed's are the faster there, its AVX2 kernel against OpenBLAS's AVX2 sets too;
+// the README's "Which BLAS kernels run" has the figures), OpenBLAS in builds without heed's
+// kernels (no AVX2 at build time). The environment variable HEED_CPU_GEMM=auto|openblas|avx2|
 // avx512 sets it at start-up; set_cpu_gemm changes it at any time (a kernel the CPU lacks is an
 // Error, and so is Openblas where core_runs_here is false: Auto then picks heed's AVX2 kernel). Every choice is
 // deterministic and independent of the thread count.
