@@ -598,9 +598,9 @@ TEST_CASE("feed_forward: one node with the bits of linear_gelu then linear, forw
         const Tensor in_f = c.contiguous ? f.x : f.x.transpose(0, 1), in_s = c.contiguous ? s.x : s.x.transpose(0, 1);
         const Tensor fused = F::feed_forward(in_f, f.w1, f.b1, f.w2, f.b2);
         // F::feed_forward runs on x.contiguous(): one gemm over all rows. The two ops on a strided
-        // x run one gemm per batch entry instead, which OpenBLAS may round differently (its edge
-        // kernels depend on M: seen on a Zen 3 with its Haswell dgemm), so the bits to match are
-        // those of the two ops on the same contiguous rows.
+        // x run one gemm per batch entry instead (M = 5 rather than 15), which OpenBLAS may round
+        // differently (seen on a Zen 3 with OpenBLAS's Zen set), so the bits to match are those of
+        // the two ops on the same contiguous rows.
         const Tensor separate = F::linear(F::linear_gelu(in_s.contiguous(), s.w1, s.b1), s.w2, s.b2);
         REQUIRE(fused.shape() == separate.shape());
         if (c.x_shape.size() > 1) CHECK(fused.grad_fn()->name() == std::string("feed_forward"));  // 1-D: a squeeze
