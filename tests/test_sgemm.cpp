@@ -73,9 +73,9 @@ TEST_CASE("heed_sgemm: every kernel against float64 (transposes, ragged sizes, K
   // (m, n, k): one element; smaller than one tile; ragged against both tiles (14 x 32, 6 x 16);
   // k over three KC = 256 slices with the last one short; m over two or three MC blocks (168
   // rows for the AVX-512 kernel, 72 for the AVX2 one); n over two NC = 4096-column blocks; B read
-  // in place (at most two MC blocks of rows) and packed (400 rows); A^T read in place by the
-  // AVX-512 kernel except beside B read in place with rows 2 KiB apart (n = 507: Problem pads
-  // B's rows by 5 floats, so ldb = 512).
+  // in place by the AVX-512 kernel (at most two MC blocks of rows; the AVX2 kernel always packs
+  // it) and packed (400 rows); A^T read in place by the AVX-512 kernel except beside B read in
+  // place with rows 2 KiB apart (n = 507: Problem pads B's rows by 5 floats, so ldb = 512).
   const int64_t sizes[][3] = {{1, 1, 1},     {5, 9, 3},      {37, 70, 33},   {29, 45, 600}, {200, 40, 17},
                               {15, 33, 257}, {3, 4200, 300}, {400, 70, 300}, {45, 507, 300}};
   for (SgemmKernel kernel : here)
