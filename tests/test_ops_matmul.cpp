@@ -236,8 +236,9 @@ std::vector<T> padded_matrix(int64_t rows, int64_t cols, int64_t ld, std::mt1993
 template <typename T>
 void check_gemm_epilogues(DType dtype, double rtol) {
   std::mt19937 rng(2026);
-  // (m, n, k): a single element, ragged sizes, and a product big enough for several gemm tasks.
-  const int64_t sizes[][3] = {{1, 1, 1}, {37, 70, 5}, {260, 330, 97}};
+  // (m, n, k): a single element, ragged sizes, a product big enough for several gemm tasks, and
+  // k over two of heed's 256-deep slices.
+  const int64_t sizes[][3] = {{1, 1, 1}, {37, 70, 5}, {260, 330, 97}, {45, 70, 300}};
   for (const auto& size : sizes)
     for (bool trans_a : {false, true})
       for (bool trans_b : {false, true}) {
