@@ -8,8 +8,9 @@
 // block per thread it is ahead of OpenBLAS's AVX-512 set too) and its AVX2 kernel on every other
 // AVX2 CPU (ahead of OpenBLAS's AVX2 sets as well: blas.cpp).
 // This is the classic packed design (Goto / BLIS): op(B) = B^T is packed per KC x NR sliver
-// (op(B) = B is read in place, its rows being the slivers' rows; only a partial last sliver is
-// packed), op(A) per MR x KC panel in blocks of MC panels (12, or 4-11 where a packed B slice
+// (op(B) = B too with the AVX2 kernel; the AVX-512 kernel reads it in place beside at most two
+// MC blocks of rows, its rows being the slivers' rows, and packs only a partial last sliver),
+// op(A) per MR x KC panel in blocks of MC panels (12, or 4-11 where a packed B slice
 // then stays in L2: heed_sgemm_mc_panels; op(A) = A^T is read in place by
 // the AVX-512 kernel, its panels' rows being A's rows, except beside B read in place with rows
 // 2 KiB apart; only a partial last panel is packed; operands with rows 4 KiB apart are always
