@@ -2,7 +2,8 @@
 // (kernels/cpu/vec_math.h): the AVX-512 GELU loops give every element the bits of the 8-lane
 // AVX2 loops (special values included) and stay within the approximations' error of float64;
 // row_max is the exact maximum with NaNs skipped; exp_shifted_sum writes exp_shifted's values
-// and returns their sum. Paths the CPU or build lacks are reported as skipped.
+// and returns their sum; the exp for x <= 0 behind GELU's derivative gives the full exp's bits. Paths the CPU or build
+// lacks are reported as skipped.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -177,5 +178,48 @@ TEST_CASE("exp: the 16-lane loop gives the 8-lane loop's bits over the whole ran
   }
   CHECK(differing == 0);
   CHECK(far == 0);
+#endif
+}
+
+#if HEED_HAVE_AVX2
+namespace {
+// The lanes where the 16-lane exp for x <= 0 differs from the full 16-lane exp (x.size() % 16 == 0).
+__attribute__((target("avx512f,fma"))) int64_t exp16_non_positive_differing(const std::vector<float>& x) {
+  int64_t differing = 0;
+  for (size_t i = 0; i < x.size(); i += 16) {
+    alignas(64) float full[16], non_positive[16];
+    const __m512 v = _mm512_loadu_ps(x.data() + i);
+    _mm512_store_ps(full, avx512::fast_exp16(v));
+    _mm512_store_ps(non_positive, avx512::fast_exp16<true>(v));
+    for (int lane = 0; lane < 16; ++lane) differing += !same_bits(full[lane], non_positive[lane]);
+  }
+  return differing;
+}
+}  // namespace
+#endif
+
+TEST_CASE("exp for non-positive arguments (GELU's derivative): the full function's bits for every x <= 0") {
+#if !HEED_HAVE_AVX2
+  MESSAGE("skipped: this build has no AVX2 paths");
+#else
+  // Every exponent of every x <= 0 down to -inf: -0, denormals, the edge at -86, 2^k steps.
+  std::vector<float> x = {-0.0f, 0.0f, -86.0f, -86.01f, -87.0f, -1e-45f, -1e-38f, -3e38f, -INFINITY};
+  for (float v = -200.0f; v <= 0.0f; v += 0.00731f) x.push_back(v);
+  for (float v = -1e-30f; v > -1e30f; v *= 1.37f) x.push_back(v);
+  while (x.size() % 16 != 0) x.push_back(-1.0f);
+  int64_t differing = 0;
+  for (size_t i = 0; i < x.size(); i += 8) {
+    alignas(32) float full[8], non_positive[8];
+    const __m256 v = _mm256_loadu_ps(x.data() + i);
+    _mm256_store_ps(full, fast_exp8(v));
+    _mm256_store_ps(non_positive, fast_exp8<true>(v));
+    for (int lane = 0; lane < 8; ++lane) differing += !same_bits(full[lane], non_positive[lane]);
+  }
+  if (vec_has_avx512f()) {
+    differing += exp16_non_positive_differing(x);
+  } else {
+    MESSAGE("the 16-lane exp is not run here (no AVX-512F, or HEED_VEC_WIDTH=8)");
+  }
+  CHECK(differing == 0);
 #endif
 }

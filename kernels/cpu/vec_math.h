@@ -56,12 +56,16 @@ inline float fast_exp(float x) {
 }
 
 #if HEED_HAVE_AVX2
+// kNonPositive: for callers whose x is <= 0 or NaN and who need no particular value for a NaN
+// (gelu'(v) = Phi(v) + v phi(v) takes exp(-v^2 / 2) and is NaN through v anyway): skips the
+// clamp at kHigh and the two blends that only x > kHigh and NaN need, the same bits for every
+// x <= 0 (test_vec_math); GELU with its derivative ran 15% faster on a Zen 3.
+template <bool kNonPositive = false>
 inline __m256 fast_exp8(__m256 x) {
   using namespace exp_detail;
-  const __m256 is_nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
   const __m256 too_low = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
-  const __m256 too_high = _mm256_cmp_ps(x, _mm256_set1_ps(kHigh), _CMP_GT_OQ);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kLow)), _mm256_set1_ps(kHigh));
+  __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(kLow));
+  if constexpr (!kNonPositive) xc = _mm256_min_ps(xc, _mm256_set1_ps(kHigh));
   const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(kLog2e), _mm256_set1_ps(0.5f)));
   __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), xc);
   r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
@@ -76,6 +80,9 @@ inline __m256 fast_exp8(__m256 x) {
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
   __m256 result = _mm256_mul_ps(_mm256_add_ps(y, y), _mm256_castsi256_ps(bits));
   result = _mm256_andnot_ps(too_low, result);
+  if constexpr (kNonPositive) return result;
+  const __m256 too_high = _mm256_cmp_ps(x, _mm256_set1_ps(kHigh), _CMP_GT_OQ);
+  const __m256 is_nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
   result = _mm256_blendv_ps(result, _mm256_set1_ps(INFINITY), too_high);
   return _mm256_blendv_ps(result, x, is_nan);
 }
@@ -166,12 +173,12 @@ namespace avx512 {
 // uninitialised.
 HEED_AVX512 inline __m512 max16(__m512 a, __m512 b) { return _mm512_maskz_max_ps(0xFFFF, a, b); }
 HEED_AVX512 inline __m512 min16(__m512 a, __m512 b) { return _mm512_maskz_min_ps(0xFFFF, a, b); }
+template <bool kNonPositive = false>  // as fast_exp8's
 HEED_AVX512 inline __m512 fast_exp16(__m512 x) {
   using namespace exp_detail;
-  const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   const __mmask16 too_low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLow), _CMP_LT_OQ);
-  const __mmask16 too_high = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kHigh), _CMP_GT_OQ);
-  const __m512 xc = min16(max16(x, _mm512_set1_ps(kLow)), _mm512_set1_ps(kHigh));
+  __m512 xc = max16(x, _mm512_set1_ps(kLow));
+  if constexpr (!kNonPositive) xc = min16(xc, _mm512_set1_ps(kHigh));
   const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_fmadd_ps(xc, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f)),
                                               _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), xc);
@@ -188,6 +195,9 @@ HEED_AVX512 inline __m512 fast_exp16(__m512 x) {
       0xFFFF, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(0xFFFF, n), _mm512_set1_epi32(126)), 23);
   __m512 result = _mm512_mul_ps(_mm512_add_ps(y, y), _mm512_castsi512_ps(bits));
   result = _mm512_maskz_mov_ps(static_cast<__mmask16>(~too_low), result);
+  if constexpr (kNonPositive) return result;
+  const __mmask16 too_high = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kHigh), _CMP_GT_OQ);
+  const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   result = _mm512_mask_blend_ps(too_high, result, _mm512_set1_ps(INFINITY));
   return _mm512_mask_blend_ps(is_nan, result, x);
 }
@@ -215,7 +225,7 @@ HEED_AVX512 inline __m512 fast_erf16(__m512 a) {
 HEED_AVX512 inline __m512 gelu_erf_factor16(__m512 v, __m512 e) {
   const __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
   const __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.39894228040143268f),
-                                   fast_exp16(_mm512_mul_ps(_mm512_set1_ps(-0.5f), _mm512_mul_ps(v, v))));
+                                   fast_exp16<true>(_mm512_mul_ps(_mm512_set1_ps(-0.5f), _mm512_mul_ps(v, v))));
   return _mm512_fmadd_ps(v, pdf, cdf);
 }
 
@@ -294,7 +304,7 @@ inline float gelu_erf_factor(float v, float e) {
 inline __m256 gelu_erf_factor8(__m256 v, __m256 e) {
   const __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
   const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(0.39894228040143268f),
-                                   fast_exp8(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(v, v))));
+                                   fast_exp8<true>(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(v, v))));
   return _mm256_fmadd_ps(v, pdf, cdf);
 }
 #endif
