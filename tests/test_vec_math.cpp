@@ -2,8 +2,8 @@
 // (kernels/cpu/vec_math.h): the AVX-512 GELU loops give every element the bits of the 8-lane
 // AVX2 loops (special values included) and stay within the approximations' error of float64;
 // row_max is the exact maximum with NaNs skipped; exp_shifted_sum writes exp_shifted's values
-// and returns their sum; the exp for x <= 0 behind GELU's derivative gives the full exp's bits. Paths the CPU or build
-// lacks are reported as skipped.
+// and returns their sum; the exp for x <= 0 behind GELU's derivative gives the full exp's
+// bits. Paths the CPU or build lacks are reported as skipped.
 #include <doctest/doctest.h>
 
 #include <cmath>
