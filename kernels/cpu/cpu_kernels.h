@@ -84,6 +84,20 @@ int64_t heed_sgemm_mc_panels(int64_t mr, int64_t packed_b_floats, int64_t nc, in
 void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                 double* a_row_sums = nullptr, const float* bias = nullptr);
+// Work on a finished block of C (rows [r0, r0 + rows), columns [c0, c0 + cols)): called once for
+// every element of C, after its last KC slice, by the thread that computed the block.
+struct SgemmEpilogue {
+  void (*run)(void* context, int64_t r0, int64_t rows, int64_t c0, int64_t cols) = nullptr;
+  void* context = nullptr;
+};
+// heed_sgemm over the whole of C on a team of `threads` OpenMP threads (AVX2 kernel only): each
+// KC slice of the operand every thread reads (op(B), or op(A) for products with few rows) is
+// packed once for the team, and chunks of rows (or columns) are claimed as threads become free,
+// shrinking towards the end. The bits are heed_sgemm's, whatever the thread count.
+void heed_sgemm_team(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                     int threads, double* a_row_sums = nullptr, const float* bias = nullptr,
+                     const SgemmEpilogue& epilogue = {});
 // Which code computes float32 gemms: Auto (the default) is heed's AVX-512 kernel on every CPU
 // with AVX-512F, heed's AVX2 kernel on every other CPU with AVX2 (whatever set OpenBLAS runs),
 // OpenBLAS in builds without heed's kernels.

@@ -1,6 +1,8 @@
-// kernels/cpu/sgemm.cpp — heed's own single-threaded float32 gemm for one block of C, with
-// AVX-512 and AVX2 register kernels (chosen at run time from the CPU, never from what OpenBLAS
-// thinks the CPU is).
+// kernels/cpu/sgemm.cpp — heed's own float32 gemm: single-threaded for one block of C
+// (heed_sgemm), with AVX-512 and AVX2 register kernels (chosen at run time from the CPU, never
+// from what OpenBLAS thinks the CPU is), and one product on a team of threads with the AVX2
+// kernel (heed_sgemm_team: the operand every thread reads packed once per KC slice, rows or
+// columns of C claimed as threads become free, shared_gemm).
 //
 // Why: OpenBLAS chooses its kernel set once, from a CPU table frozen at its release; Debian 12's
 // 0.3.21 runs its AVX2 set on AMD Zen 5 (half the FMA width that CPU has) and its SSE3 set
@@ -29,12 +31,17 @@
 // - this file is compiled with -ffp-contract=off (CMakeLists.txt): the stores' multiply and add
 //   stay two roundings on every path, vector and scalar alike.
 // - packing buffers are thread-local and 64-byte aligned; nothing here allocates per call once
-//   they have grown to the largest block seen.
+//   they have grown to the largest block seen (a team product allocates its slices' ranges).
+// - a team product gives heed_sgemm's bits on any number of threads: the same tile kernel and
+//   the same KC slices in order for every element, whichever thread ran it.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+
+#include <omp.h>
 
 #include <unistd.h>  // sysconf(_SC_LEVEL2_CACHE_SIZE)
 
@@ -101,8 +108,9 @@ struct PackingBuffer {
   int64_t floats = 0;
   ~PackingBuffer() { system_free(data, static_cast<size_t>(floats) * sizeof(float)); }
 };
+// Slots: 0 packed op(A), 1 packed op(B), 2 the operand a shared product packs for all its threads.
 float* scratch(int slot, int64_t floats) {
-  thread_local PackingBuffer buffers[2];
+  thread_local PackingBuffer buffers[3];
   PackingBuffer& buffer = buffers[slot];
   if (buffer.floats < floats) {
     float* grown = static_cast<float*>(system_allocate(static_cast<size_t>(floats) * sizeof(float)));
@@ -525,6 +533,166 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
   }
 }
 
+// ---- one product on a team of threads (AVX2) ----------------------------------------------------
+
+// Hands out the units [0, total) of one KC slice: each thread owns a contiguous share (the same
+// share in every slice, so the rows or columns of C it adds to stay in its own cache from slice
+// to slice) and claims chunks from its front, a quarter of what is left at a time (at least
+// min_chunk); a thread whose share is done takes chunks from the back of another's. A thread
+// that stalls (another process on its core) then holds up the rest by one chunk at most.
+class SharedRanges {
+ public:
+  // Call once per slice before any claim, from one thread; `threads` is the team's size.
+  void reset(int64_t total, int64_t min_chunk, int threads) {
+    threads_ = std::max(threads, 1);
+    min_chunk_ = std::max<int64_t>(min_chunk, 1);
+    for (int t = 0; t < threads_; ++t)
+      range_[t].store(pack(total * t / threads_, total * (t + 1) / threads_), std::memory_order_relaxed);
+  }
+  bool claim(int me, int64_t* begin, int64_t* end) {
+    if (take(me, /*from_back=*/false, begin, end)) return true;
+    for (int step = 1; step < threads_; ++step)
+      if (take((me + step) % threads_, /*from_back=*/true, begin, end)) return true;
+    return false;
+  }
+  static constexpr int kMaxThreads = 64;
+
+ private:
+  static uint64_t pack(int64_t lo, int64_t hi) { return static_cast<uint64_t>(lo) << 32 | static_cast<uint64_t>(hi); }
+  bool take(int owner, bool from_back, int64_t* begin, int64_t* end) {
+    std::atomic<uint64_t>& range = range_[owner];
+    uint64_t now = range.load(std::memory_order_relaxed), next = 0;
+    int64_t lo = 0, hi = 0, size = 0;
+    do {
+      lo = static_cast<int64_t>(now >> 32);
+      hi = static_cast<int64_t>(now & 0xffffffffu);
+      if (lo >= hi) return false;
+      size = std::min(hi - lo, std::max(min_chunk_, (hi - lo) / 4));
+      next = from_back ? pack(lo, hi - size) : pack(lo + size, hi);
+    } while (!range.compare_exchange_weak(now, next, std::memory_order_relaxed));
+    *begin = from_back ? hi - size : lo;
+    *end = from_back ? hi : lo + size;
+    return true;
+  }
+  std::atomic<uint64_t> range_[kMaxThreads];
+  int threads_ = 1;
+  int64_t min_chunk_ = 1;
+};
+
+// Products with at most this many rows (and fewer rows than columns) are shared out by columns:
+// op(A)'s KC slice (at most 256 KiB) is packed once for the team and each chunk of B's slivers
+// runs every row; the others by rows, sharing op(B)'s slice (charlm's 128 x 512 x 768 weight
+// gradient: 22 row panels of 6 to share out by rows, 32 slivers of 16 by columns). Chunks of
+// rows hold at least two panels; of columns, one sliver.
+constexpr int64_t kColumnsMaxRows = 256;
+constexpr int64_t kMinChunkPanels = 2;
+
+// The whole product on `threads` threads (Goto's loops as packed_gemm, with the AVX2 kernel's
+// packing: every operand packed). Per KC slice, the team first packs the shared operand (each
+// thread its share of B's slivers, or of A's panels by columns) into one of two buffers (slices
+// alternate, so one barrier per slice orders both the packing and the slices' adds to C), then
+// claims chunks of row panels (each packs its own rows of A, MC panels at a time) or of B's
+// slivers (each packs its own slivers) from SharedRanges. Every C element's arithmetic is
+// packed_gemm's: the same tile kernel, the same KC slices in order, so the bits do not depend on
+// the thread count or on which thread ran which chunk. Row sums are taken while A is packed,
+// each panel by one thread per slice, slices in order.
+template <int MR, int NR, typename Tile>
+void shared_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums,
+                 const float* bias, int threads, const SgemmEpilogue& epilogue) {
+  constexpr int64_t kMc = MR * kMcPanels;
+  const int64_t kc_max = std::min(k, kKc), nc_max = std::min(n, kNc);
+  const int64_t m_panels = (m + MR - 1) / MR, max_slivers = (nc_max + NR - 1) / NR;
+  const bool by_columns = m <= kColumnsMaxRows && m < n;
+  const int64_t shared_floats = (by_columns ? m_panels * MR : max_slivers * NR) * kc_max;
+  float* shared = scratch(2, 2 * shared_floats);
+  const int64_t n_blocks = (n + kNc - 1) / kNc, n_slices = (k + kKc - 1) / kKc;
+  std::unique_ptr<SharedRanges[]> queues(new SharedRanges[static_cast<size_t>(n_blocks * n_slices)]);
+  const RowPrefetch no_prefetch[2] = {};
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(std::min(threads, SharedRanges::kMaxThreads))
+  {
+    const int team = omp_get_num_threads(), me = omp_get_thread_num();
+    float* local = nullptr;  // this thread's packed rows of A (by rows) or slivers of B (by columns)
+    try {
+      local = by_columns ? scratch(1, max_slivers * NR * kc_max) : scratch(0, kMc * kc_max);
+    } catch (...) {
+      failed.store(true);
+    }
+#pragma omp single
+    for (int64_t j = 0; j < n_blocks; ++j) {  // the ranges of every slice, shared out among this team
+      const int64_t slivers = (std::min(kNc, n - j * kNc) + NR - 1) / NR;
+      for (int64_t q = 0; q < n_slices; ++q)
+        queues[j * n_slices + q].reset(by_columns ? slivers : m_panels, by_columns ? 1 : kMinChunkPanels, team);
+    }                   // (the implied barrier: every range is set, and every thread's buffer allocated or failed)
+    int64_t slice = 0;  // KC slices so far, over every column block
+    for (int64_t j0 = 0; j0 < n && !failed.load(std::memory_order_relaxed); j0 += kNc) {
+      const int64_t nc = std::min(kNc, n - j0), n_slivers = (nc + NR - 1) / NR;
+      const float* b_block = trans_b ? b + j0 * ldb : b + j0;
+      double* row_sums = j0 == 0 ? a_row_sums : nullptr;
+      for (int64_t p0 = 0; p0 < k; p0 += kKc, ++slice) {
+        const int64_t kc = std::min(kKc, k - p0);
+        const bool first = p0 == 0, last = p0 + kc >= k;
+        float* packed = shared + (slice % 2) * shared_floats;
+        if (by_columns) {  // this thread's share of A's panels, with their row sums
+          const int64_t q0 = m_panels * me / team, q1 = m_panels * (me + 1) / team;
+          const int64_t r0 = q0 * MR, rows = std::min(m, q1 * MR) - r0;
+          if (rows > 0)
+            pack_a<MR>(trans_a, trans_a ? a + r0 : a + r0 * lda, lda, rows, p0, kc, packed + q0 * MR * kc,
+                       row_sums != nullptr ? row_sums + r0 : nullptr);
+        } else {  // this thread's share of B's slivers
+          const int64_t s0 = n_slivers * me / team, s1 = n_slivers * (me + 1) / team;
+          const int64_t cols = std::min(nc, s1 * NR) - s0 * NR;
+          if (cols > 0)
+            pack_b<NR>(trans_b, trans_b ? b_block + s0 * NR * ldb : b_block + s0 * NR, ldb, cols, p0, kc,
+                       packed + s0 * NR * kc);
+        }
+#pragma omp barrier
+        SharedRanges& queue = queues[slice];
+        int64_t lo = 0, hi = 0;
+        while (queue.claim(me, &lo, &hi)) {
+          if (by_columns) {  // slivers [lo, hi) for every row
+            const int64_t c_lo = lo * NR, cols = std::min(nc, hi * NR) - c_lo;
+            pack_b<NR>(trans_b, trans_b ? b_block + c_lo * ldb : b_block + c_lo, ldb, cols, p0, kc, local);
+            const int64_t mc_rows = MR * heed_sgemm_mc_panels(MR, (hi - lo) * NR * kc, cols, kc);
+            for (int64_t i0 = 0; i0 < m; i0 += mc_rows) {
+              const int64_t mc = std::min(mc_rows, m - i0), panels = (mc + MR - 1) / MR;
+              for (int64_t s = 0; s < hi - lo; ++s) {
+                const int64_t col = c_lo + s * NR, sliver_cols = std::min<int64_t>(NR, nc - col);
+                const float* sliver_bias = bias != nullptr ? bias + j0 + col : nullptr;
+                for (int64_t r = 0; r < panels; ++r)
+                  tile(kc, packed + (i0 / MR + r) * MR * kc, local + s * NR * kc, c + (i0 + r * MR) * ldc + j0 + col,
+                       ldc, std::min<int64_t>(MR, mc - r * MR), sliver_cols, alpha, beta, first, sliver_bias, NR, MR,
+                       no_prefetch);
+              }
+            }
+            if (last && epilogue.run != nullptr) epilogue.run(epilogue.context, 0, m, j0 + c_lo, cols);
+          } else {  // row panels [lo, hi) for every column, MC panels at a time
+            const int64_t mc_panels = heed_sgemm_mc_panels(MR, n_slivers * NR * kc, nc, kc);
+            for (int64_t q0 = lo; q0 < hi; q0 += mc_panels) {
+              const int64_t q1 = std::min(hi, q0 + mc_panels), r0 = q0 * MR, rows = std::min(m, q1 * MR) - r0;
+              pack_a<MR>(trans_a, trans_a ? a + r0 : a + r0 * lda, lda, rows, p0, kc, local,
+                         row_sums != nullptr ? row_sums + r0 : nullptr);
+              for (int64_t s = 0; s < n_slivers; ++s) {
+                const int64_t sliver_cols = std::min<int64_t>(NR, nc - s * NR);
+                const float* sliver_bias = bias != nullptr ? bias + j0 + s * NR : nullptr;
+                for (int64_t r = 0; r < q1 - q0; ++r)
+                  tile(kc, local + r * MR * kc, packed + s * NR * kc, c + (r0 + r * MR) * ldc + j0 + s * NR, ldc,
+                       std::min<int64_t>(MR, rows - r * MR), sliver_cols, alpha, beta, first, sliver_bias, NR, MR,
+                       no_prefetch);
+              }
+            }
+            if (last && epilogue.run != nullptr)
+              epilogue.run(epilogue.context, lo * MR, std::min(m, hi * MR) - lo * MR, j0, nc);
+          }
+        }
+      }
+    }
+  }
+  HEED_CHECK(!failed.load(), "gemm", "could not allocate a packing buffer for a {}x{}x{} product on {} threads", m, n,
+             k, threads);
+}
+
 #endif  // HEED_HAVE_AVX2
 
 }  // namespace
@@ -561,6 +729,25 @@ void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64
   else
     packed_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
                                 bias);
+#endif
+}
+
+void heed_sgemm_team(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                     int threads, double* a_row_sums, const float* bias, const SgemmEpilogue& epilogue) {
+  HEED_CHECK(kernel == SgemmKernel::Avx2 && heed_sgemm_supported(kernel), "gemm",
+             "heed's gemm shares one product between threads with its AVX2 kernel only");
+  HEED_CHECK(a_row_sums == nullptr || trans_a, "gemm", "heed's gemm sums the rows of op(A) = A^T only");
+  HEED_CHECK(bias == nullptr || beta == 0.0f, "gemm", "heed's gemm adds a bias with beta = 0 only (got beta {})", beta);
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0 || threads <= 1) {
+    heed_sgemm(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums, bias);
+    if (epilogue.run != nullptr) epilogue.run(epilogue.context, 0, m, 0, n);
+    return;
+  }
+#if HEED_HAVE_AVX2
+  shared_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
+                              bias, threads, epilogue);
 #endif
 }
 
