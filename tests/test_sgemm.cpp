@@ -286,7 +286,9 @@ struct EpilogueLog {
 };
 }  // namespace
 
-TEST_CASE("heed_sgemm_team: one product shared by 2, 3 and 5 threads gives heed_sgemm's bits, epilogue once each") {
+TEST_CASE(
+    "heed_sgemm_team: one product shared by 2, 3 and 5 threads gives heed_sgemm's bits, epilogue once each (every "
+    "kernel)") {
   if (!kernels::cpu::heed_sgemm_supported(SgemmKernel::Avx2)) {
     MESSAGE("skipped: this build or CPU has no heed AVX2 sgemm kernel");
     return;
@@ -299,53 +301,55 @@ TEST_CASE("heed_sgemm_team: one product shared by 2, 3 and 5 threads gives heed_
   // shape), 37 x 70, 3 x 4200 (two NC blocks), 250 x 300. k: one, two and three KC slices.
   const int64_t sizes[][3] = {{389, 128, 600}, {70, 37, 33},   {300, 4200, 40}, {128, 512, 600},
                               {37, 70, 257},   {3, 4200, 300}, {250, 300, 513}};
-  for (const auto& size : sizes)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        CAPTURE(size[0]);
-        CAPTURE(size[1]);
-        CAPTURE(size[2]);
-        CAPTURE(ta);
-        CAPTURE(tb);
-        const Problem p(ta, tb, size[0], size[1], size[2], rng);
-        std::vector<float> bias(static_cast<size_t>(p.n));
-        for (float& v : bias) v = uniform(rng);
-        const float nan = std::numeric_limits<float>::quiet_NaN();
-        // Single-threaded heed_sgemm: C = 0.7 op(A) op(B) + bias over NaN, then
-        // C = -1.25 op(A) op(B) + 0.75 C; row sums of op(A) = A^T with the first product.
-        std::vector<float> want_first(static_cast<size_t>(p.m * p.ldc), nan);
-        std::vector<double> want_sums(static_cast<size_t>(p.m), 0.0);
-        kernels::cpu::heed_sgemm(SgemmKernel::Avx2, ta, tb, p.m, p.n, p.k, 0.7f, p.a.data(), p.lda, p.b.data(), p.ldb,
-                                 0.0f, want_first.data(), p.ldc, ta ? want_sums.data() : nullptr, bias.data());
-        std::vector<float> want_second = want_first;
-        kernels::cpu::heed_sgemm(SgemmKernel::Avx2, ta, tb, p.m, p.n, p.k, -1.25f, p.a.data(), p.lda, p.b.data(), p.ldb,
-                                 0.75f, want_second.data(), p.ldc);
-        for (int threads : {2, 3, 5}) {
-          CAPTURE(threads);
-          std::vector<float> c(want_first.size(), nan);
-          std::vector<double> sums(static_cast<size_t>(p.m), 0.0);
-          EpilogueLog log{p.ldc, c.data(), std::vector<int>(c.size(), 0), std::vector<float>(c.size(), nan)};
-          const kernels::cpu::SgemmEpilogue epilogue{&EpilogueLog::run, &log};
-          kernels::cpu::heed_sgemm_team(SgemmKernel::Avx2, ta, tb, p.m, p.n, p.k, 0.7f, p.a.data(), p.lda, p.b.data(),
-                                        p.ldb, 0.0f, c.data(), p.ldc, threads, ta ? sums.data() : nullptr, bias.data(),
-                                        epilogue);
-          CHECK(std::memcmp(c.data(), want_first.data(), c.size() * sizeof(float)) == 0);  // padding stays NaN too
-          CHECK(std::memcmp(sums.data(), want_sums.data(), sums.size() * sizeof(double)) == 0);
-          // Every element of C exactly once, after its last KC slice; the padding never.
-          int64_t wrong_calls = 0, early = 0;
-          for (int64_t i = 0; i < p.m; ++i)
-            for (int64_t j = 0; j < p.ldc; ++j) {
-              const size_t at = static_cast<size_t>(i * p.ldc + j);
-              wrong_calls += log.calls[at] != (j < p.n ? 1 : 0);
-              early += j < p.n && std::memcmp(&log.seen[at], &want_first[at], sizeof(float)) != 0;
-            }
-          CHECK(wrong_calls == 0);
-          CHECK(early == 0);
-          kernels::cpu::heed_sgemm_team(SgemmKernel::Avx2, ta, tb, p.m, p.n, p.k, -1.25f, p.a.data(), p.lda, p.b.data(),
-                                        p.ldb, 0.75f, c.data(), p.ldc, threads);
-          CHECK(std::memcmp(c.data(), want_second.data(), c.size() * sizeof(float)) == 0);
+  for (SgemmKernel kernel : kernels_here())
+    for (const auto& size : sizes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          CAPTURE(static_cast<int>(kernel));
+          CAPTURE(size[0]);
+          CAPTURE(size[1]);
+          CAPTURE(size[2]);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          const Problem p(ta, tb, size[0], size[1], size[2], rng);
+          std::vector<float> bias(static_cast<size_t>(p.n));
+          for (float& v : bias) v = uniform(rng);
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          // Single-threaded heed_sgemm: C = 0.7 op(A) op(B) + bias over NaN, then
+          // C = -1.25 op(A) op(B) + 0.75 C; row sums of op(A) = A^T with the first product.
+          std::vector<float> want_first(static_cast<size_t>(p.m * p.ldc), nan);
+          std::vector<double> want_sums(static_cast<size_t>(p.m), 0.0);
+          kernels::cpu::heed_sgemm(kernel, ta, tb, p.m, p.n, p.k, 0.7f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.0f,
+                                   want_first.data(), p.ldc, ta ? want_sums.data() : nullptr, bias.data());
+          std::vector<float> want_second = want_first;
+          kernels::cpu::heed_sgemm(kernel, ta, tb, p.m, p.n, p.k, -1.25f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.75f,
+                                   want_second.data(), p.ldc);
+          for (int threads : {2, 3, 5}) {
+            CAPTURE(threads);
+            std::vector<float> c(want_first.size(), nan);
+            std::vector<double> sums(static_cast<size_t>(p.m), 0.0);
+            EpilogueLog log{p.ldc, c.data(), std::vector<int>(c.size(), 0), std::vector<float>(c.size(), nan)};
+            const kernels::cpu::SgemmEpilogue epilogue{&EpilogueLog::run, &log};
+            kernels::cpu::heed_sgemm_team(kernel, ta, tb, p.m, p.n, p.k, 0.7f, p.a.data(), p.lda, p.b.data(), p.ldb,
+                                          0.0f, c.data(), p.ldc, threads, ta ? sums.data() : nullptr, bias.data(),
+                                          epilogue);
+            CHECK(std::memcmp(c.data(), want_first.data(), c.size() * sizeof(float)) == 0);  // padding stays NaN too
+            CHECK(std::memcmp(sums.data(), want_sums.data(), sums.size() * sizeof(double)) == 0);
+            // Every element of C exactly once, after its last KC slice; the padding never.
+            int64_t wrong_calls = 0, early = 0;
+            for (int64_t i = 0; i < p.m; ++i)
+              for (int64_t j = 0; j < p.ldc; ++j) {
+                const size_t at = static_cast<size_t>(i * p.ldc + j);
+                wrong_calls += log.calls[at] != (j < p.n ? 1 : 0);
+                early += j < p.n && std::memcmp(&log.seen[at], &want_first[at], sizeof(float)) != 0;
+              }
+            CHECK(wrong_calls == 0);
+            CHECK(early == 0);
+            kernels::cpu::heed_sgemm_team(kernel, ta, tb, p.m, p.n, p.k, -1.25f, p.a.data(), p.lda, p.b.data(), p.ldb,
+                                          0.75f, c.data(), p.ldc, threads);
+            CHECK(std::memcmp(c.data(), want_second.data(), c.size() * sizeof(float)) == 0);
+          }
         }
-      }
   // Refused: row sums of op(A) = A (not transposed), a bias with beta != 0.
   std::vector<float> c(4, 0.0f), bias(2, 1.0f), a(4, 1.0f), b(4, 1.0f);
   std::vector<double> sums(2, 0.0);

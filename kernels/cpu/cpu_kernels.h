@@ -90,10 +90,16 @@ struct SgemmEpilogue {
   void (*run)(void* context, int64_t r0, int64_t rows, int64_t c0, int64_t cols) = nullptr;
   void* context = nullptr;
 };
-// heed_sgemm over the whole of C on a team of `threads` OpenMP threads (AVX2 kernel only): each
-// KC slice of the operand every thread reads (op(B), or op(A) for products with few rows) is
-// packed once for the team, and chunks of rows (or columns) are claimed as threads become free,
-// shrinking towards the end. The bits are heed_sgemm's, whatever the thread count.
+// Whether heed_sgemm on an m x n block reads full slivers of op(B) = B or full panels of
+// op(A) = A^T in place instead of packing them (the AVX-512 kernel does for some shapes; the AVX2
+// kernel packs everything). heed_sgemm_team packs every operand.
+bool heed_sgemm_reads_in_place(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t lda,
+                               int64_t ldb);
+// heed_sgemm over the whole of C on a team of `threads` OpenMP threads: each KC slice of the
+// operand every thread reads (op(B), or op(A) for products with few rows) is packed once for the
+// team, and chunks of rows (or columns) are claimed as threads become free, shrinking towards the
+// end. Every operand is packed (no in-place reads). The bits are heed_sgemm's, whatever the
+// thread count.
 void heed_sgemm_team(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                      int threads, double* a_row_sums = nullptr, const float* bias = nullptr,

@@ -1,8 +1,8 @@
 // kernels/cpu/sgemm.cpp — heed's own float32 gemm: single-threaded for one block of C
 // (heed_sgemm), with AVX-512 and AVX2 register kernels (chosen at run time from the CPU, never
-// from what OpenBLAS thinks the CPU is), and one product on a team of threads with the AVX2
-// kernel (heed_sgemm_team: the operand every thread reads packed once per KC slice, rows or
-// columns of C claimed as threads become free, shared_gemm).
+// from what OpenBLAS thinks the CPU is), and one product on a team of threads with either kernel
+// (heed_sgemm_team: the operand every thread reads packed once per KC slice, rows or columns of C
+// claimed as threads become free, every operand packed, shared_gemm).
 //
 // Why: OpenBLAS chooses its kernel set once, from a CPU table frozen at its release; Debian 12's
 // 0.3.21 runs its AVX2 set on AMD Zen 5 (half the FMA width that CPU has) and its SSE3 set
@@ -450,6 +450,16 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
 // between its p: MR packed, lda in place) and its B sliver (ldpb floats between its rows: NR
 // packed, ldb in place). op(A)'s row sums are taken in the first column block only (each (i, p)
 // once).
+// The AVX-512 kernel's in-place reads (packed_gemm explains them): op(B) = B's full slivers when
+// the block has at most two MC row blocks and B's rows do not alias in L1; op(A) = A^T's full
+// panels unless A's rows alias in L1, or B is read in place too with rows a multiple of 2 KiB apart.
+inline bool reads_b_in_place_512(bool trans_b, int64_t m, int64_t ldb) {
+  return !trans_b && m <= 2 * kMr512 * kMcPanels && !l1_aliasing(ldb);
+}
+inline bool reads_a_in_place_512(bool trans_a, int64_t lda, bool b_in_place, int64_t ldb) {
+  return trans_a && !l1_aliasing(lda) && !(b_in_place && ldb % 512 == 0);
+}
+
 template <int MR, int NR, typename Tile>
 void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums,
@@ -475,7 +485,7 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
       // weight gradients with 128-row blocks (128 x 512 x 768 and 128 x 128 x 768, B's rows 2 KiB
       // and 512 B apart, so a sliver read in place never stays in L1) ran 15-30% faster packed,
       // in a training step and alone, the packed 16 KiB sliver staying in L1 for all the block's tiles.
-      const int64_t full_slivers = MR == kMr512 && !trans_b && m <= 2 * kMc && !l1_aliasing(ldb) ? nc / NR : 0;
+      const int64_t full_slivers = MR == kMr512 && reads_b_in_place_512(trans_b, m, ldb) ? nc / NR : 0;
       if (full_slivers < n_slivers)
         pack_b<NR>(trans_b, b_block + full_slivers * NR, ldb, nc - full_slivers * NR, p0, kc, packed_b);
       // With the AVX-512 kernel, op(A) = A^T is read in place in every full panel (for each p its
@@ -487,7 +497,7 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
       // (l1_aliasing). Only a partial last panel is packed
       // (zero-padded); the in-place panels' row sums are taken right after their tile with the
       // first sliver (copy_and_sum_panel without the copy: the same adds, in p order).
-      const bool a_in_place = MR == kMr512 && trans_a && !l1_aliasing(lda) && !(full_slivers > 0 && ldb % 512 == 0);
+      const bool a_in_place = MR == kMr512 && reads_a_in_place_512(trans_a, lda, full_slivers > 0, ldb);
       const int64_t mc_rows = MR * heed_sgemm_mc_panels(MR, (n_slivers - full_slivers) * NR * kc, nc, kc);
       for (int64_t i0 = 0; i0 < m; i0 += mc_rows) {
         const int64_t mc = std::min(mc_rows, m - i0);
@@ -533,7 +543,7 @@ void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, in
   }
 }
 
-// ---- one product on a team of threads (AVX2) ----------------------------------------------------
+// ---- one product on a team of threads ----------------------------------------------------
 
 // Hands out the units [0, total) of one KC slice: each thread owns a contiguous share (the same
 // share in every slice, so the rows or columns of C it adds to stay in its own cache from slice
@@ -587,8 +597,8 @@ class SharedRanges {
 constexpr int64_t kColumnsMaxRows = 256;
 constexpr int64_t kMinChunkPanels = 2;
 
-// The whole product on `threads` threads (Goto's loops as packed_gemm, with the AVX2 kernel's
-// packing: every operand packed). Per KC slice, the team first packs the shared operand (each
+// The whole product on `threads` threads (Goto's loops as packed_gemm, every operand packed: no
+// in-place reads). Per KC slice, the team first packs the shared operand (each
 // thread its share of B's slivers, or of A's panels by columns) into one of two buffers (slices
 // alternate, so one barrier per slice orders both the packing and the slices' adds to C), then
 // claims chunks of row panels (each packs its own rows of A, MC panels at a time) or of B's
@@ -708,6 +718,18 @@ bool heed_sgemm_supported(SgemmKernel kernel) {
 #endif
 }
 
+bool heed_sgemm_reads_in_place(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t lda,
+                               int64_t ldb) {
+#if HEED_HAVE_AVX2
+  if (kernel != SgemmKernel::Avx512) return false;
+  const bool b_in_place = n >= kNr512 && reads_b_in_place_512(trans_b, m, ldb);
+  return b_in_place || (m >= kMr512 && reads_a_in_place_512(trans_a, lda, b_in_place, ldb));
+#else
+  (void)kernel, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)lda, (void)ldb;
+  return false;
+#endif
+}
+
 void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                 double* a_row_sums, const float* bias) {
@@ -735,8 +757,8 @@ void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64
 void heed_sgemm_team(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                      int threads, double* a_row_sums, const float* bias, const SgemmEpilogue& epilogue) {
-  HEED_CHECK(kernel == SgemmKernel::Avx2 && heed_sgemm_supported(kernel), "gemm",
-             "heed's gemm shares one product between threads with its AVX2 kernel only");
+  HEED_CHECK(heed_sgemm_supported(kernel), "gemm", "heed's {} gemm kernel is not available on this CPU or build",
+             kernel == SgemmKernel::Avx512 ? "AVX-512" : "AVX2");
   HEED_CHECK(a_row_sums == nullptr || trans_a, "gemm", "heed's gemm sums the rows of op(A) = A^T only");
   HEED_CHECK(bias == nullptr || beta == 0.0f, "gemm", "heed's gemm adds a bias with beta = 0 only (got beta {})", beta);
   if (m <= 0 || n <= 0) return;
@@ -746,8 +768,12 @@ void heed_sgemm_team(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, 
     return;
   }
 #if HEED_HAVE_AVX2
-  shared_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
-                              bias, threads, epilogue);
+  if (kernel == SgemmKernel::Avx512)
+    shared_gemm<kMr512, kNr512>(tile_512, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
+                                bias, threads, epilogue);
+  else
+    shared_gemm<kMr256, kNr256>(tile_256, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
+                                bias, threads, epilogue);
 #endif
 }
 
