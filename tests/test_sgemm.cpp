@@ -305,7 +305,7 @@ TEST_CASE(
     for (const auto& size : sizes)
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
-          CAPTURE(static_cast<int>(kernel));
+          CAPTURE(kernel_name(kernel));
           CAPTURE(size[0]);
           CAPTURE(size[1]);
           CAPTURE(size[2]);

@@ -312,13 +312,13 @@ void gemm_typed(const GemmArgs& g, GemmCode code) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);
-  const Grid grid = code == GemmCode::Openblas ? plan_grid(g.m, g.n, g.k)
-                                               : plan_grid_for_threads(g.m, g.n, g.k, g.batch, max_threads());
+  const int threads = max_threads();
+  const Grid grid =
+      code == GemmCode::Openblas ? plan_grid(g.m, g.n, g.k) : plan_grid_for_threads(g.m, g.n, g.k, g.batch, threads);
   if constexpr (std::is_same_v<T, float>) {
     // A single product on heed's kernels runs as one team product (gemm_team), unless the AVX-512
     // kernel would read an operand of its per-thread blocks in place (the team packs every operand:
     // charlm's A^T B weight gradients, read in place, ran 8-30% slower packed by the team on a Zen 4).
-    const int threads = max_threads();
     const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
     const bool heed_kernel = code == GemmCode::HeedAvx2 || code == GemmCode::HeedAvx512;
     const SgemmKernel kernel = code == GemmCode::HeedAvx512 ? SgemmKernel::Avx512 : SgemmKernel::Avx2;

@@ -443,13 +443,6 @@ void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ld
   store_edge<kMr256, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
 }
 
-// The packed loops around a register tile kernel (Goto's order): C's columns in blocks of at
-// most kNc; for each KC slice, that block's op(B) is packed once when it is B^T (it stays in
-// L2/L3; B itself is read in place), then op(A) once per MC rows (in L2; A^T mostly read in place),
-// and every (MR, NR) tile of those rows runs over the slice with its A panel (a_step floats
-// between its p: MR packed, lda in place) and its B sliver (ldpb floats between its rows: NR
-// packed, ldb in place). op(A)'s row sums are taken in the first column block only (each (i, p)
-// once).
 // The AVX-512 kernel's in-place reads (packed_gemm explains them): op(B) = B's full slivers when
 // the block has at most two MC row blocks and B's rows do not alias in L1; op(A) = A^T's full
 // panels unless A's rows alias in L1, or B is read in place too with rows a multiple of 2 KiB apart.
@@ -460,6 +453,13 @@ inline bool reads_a_in_place_512(bool trans_a, int64_t lda, bool b_in_place, int
   return trans_a && !l1_aliasing(lda) && !(b_in_place && ldb % 512 == 0);
 }
 
+// The packed loops around a register tile kernel (Goto's order): C's columns in blocks of at
+// most kNc; for each KC slice, that block's op(B) is packed once when it is B^T (it stays in
+// L2/L3; B itself is read in place), then op(A) once per MC rows (in L2; A^T mostly read in place),
+// and every (MR, NR) tile of those rows runs over the slice with its A panel (a_step floats
+// between its p: MR packed, lda in place) and its B sliver (ldpb floats between its rows: NR
+// packed, ldb in place). op(A)'s row sums are taken in the first column block only (each (i, p)
+// once).
 template <int MR, int NR, typename Tile>
 void packed_gemm(Tile tile, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, double* a_row_sums,
@@ -718,6 +718,13 @@ bool heed_sgemm_supported(SgemmKernel kernel) {
 #endif
 }
 
+namespace {
+void check_supported(SgemmKernel kernel) {
+  HEED_CHECK(heed_sgemm_supported(kernel), "gemm", "heed's {} gemm kernel is not available on this CPU or build",
+             kernel == SgemmKernel::Avx512 ? "AVX-512" : "AVX2");
+}
+}  // namespace
+
 bool heed_sgemm_reads_in_place(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t lda,
                                int64_t ldb) {
 #if HEED_HAVE_AVX2
@@ -742,8 +749,7 @@ void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64
         c[i * ldc + j] = bias != nullptr ? bias[j] : beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  HEED_CHECK(heed_sgemm_supported(kernel), "gemm", "heed's {} gemm kernel is not available on this CPU or build",
-             kernel == SgemmKernel::Avx512 ? "AVX-512" : "AVX2");
+  check_supported(kernel);
 #if HEED_HAVE_AVX2
   if (kernel == SgemmKernel::Avx512)
     packed_gemm<kMr512, kNr512>(tile_512, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, a_row_sums,
@@ -757,8 +763,7 @@ void heed_sgemm(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64
 void heed_sgemm_team(SgemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                      int threads, double* a_row_sums, const float* bias, const SgemmEpilogue& epilogue) {
-  HEED_CHECK(heed_sgemm_supported(kernel), "gemm", "heed's {} gemm kernel is not available on this CPU or build",
-             kernel == SgemmKernel::Avx512 ? "AVX-512" : "AVX2");
+  check_supported(kernel);
   HEED_CHECK(a_row_sums == nullptr || trans_a, "gemm", "heed's gemm sums the rows of op(A) = A^T only");
   HEED_CHECK(bias == nullptr || beta == 0.0f, "gemm", "heed's gemm adds a bias with beta = 0 only (got beta {})", beta);
   if (m <= 0 || n <= 0) return;
