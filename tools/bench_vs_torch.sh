@@ -7,7 +7,10 @@
 # and each case, heed-bench and torch_ref.py run alternately ROUNDS times with the same flags and
 # the same OPENBLAS_CORETYPE (PyTorch runs its matmuls on that OpenBLAS set; heed on the code its
 # CpuGemm::Auto picks for it, named in the table: heed's AVX-512 kernel on AVX-512 CPUs, its AVX2
-# kernel where OpenBLAS is generic on an AVX2 CPU, else OpenBLAS); the medians, the ratio PyTorch / heed (> 1: heed is faster) and
+# kernel where OpenBLAS is generic on an AVX2 CPU, else OpenBLAS); the medians, the ratio PyTorch / heed (> 1: heed is faster),
+# the range and median of each round's own ratio (a round's two runs are seconds apart, so they
+# share the host's state: on these shared machines whole minutes run 20% slower, memory-bound
+# kernels 3-4x, and a ratio of medians can pair a fast heed round with a slow PyTorch one), and
 # heed's whole-step FLOP rate against the sgemm ceiling and the CPU's FMA peak measured in the same
 # process go into a markdown table headed by the CPU model, the BLAS and each kernel set's ceiling
 # and peak.
@@ -79,7 +82,7 @@ for set in $KERNEL_SETS; do
   if [ "$set" = default ]; then env_set=(); label="$default_core (default)"; else env_set=(OPENBLAS_CORETYPE="$set"); label="$set (OPENBLAS_CORETYPE)"; fi
   ceiling="" peak=""
   for args in "${cases[@]}"; do
-    heed_times=() torch_times=() heed_gflops=()
+    heed_times=() torch_times=() heed_gflops=() round_ratios=()
     for ((r = 0; r < rounds; r++)); do
       json=$(env "${env_set[@]}" HEED_BLAS_WARNING=0 "$heed_bench" $args)
       heed_times+=("$(echo "$json" | field ms_per_step)")
@@ -88,12 +91,16 @@ for set in $KERNEL_SETS; do
       peak=$(echo "$json" | field fma_peak_gflops)
       heed_sgemm=$(echo "$json" | field sgemm)
       torch_times+=("$(env "${env_set[@]}" OMP_NUM_THREADS=2 "$python" "$torch_ref" $args | field ms_per_step)")
+      round_ratios+=("$(ratio "${torch_times[-1]}" "${heed_times[-1]}")")
     done
     h=$(printf "%s\n" "${heed_times[@]}" | median)
     t=$(printf "%s\n" "${torch_times[@]}" | median)
     g=$(printf "%s\n" "${heed_gflops[@]}" | median)
     share=$("$python" -c "print(f'{100 * $g / $ceiling:.0f}% / {100 * $g / $peak:.0f}%')")
-    rows+=("| $label | $heed_sgemm | \`${args%% --steps*}\` | $h | $t | **$(ratio "$t" "$h")x** | $g ($share) |")
+    sorted=$(printf "%s\n" "${round_ratios[@]}" | sort -g)
+    spread=""
+    [ "$rounds" -gt 1 ] && spread=" (per round $(echo "$sorted" | head -1)x-$(echo "$sorted" | tail -1)x, median $(echo "$sorted" | median)x)"
+    rows+=("| $label | $heed_sgemm | \`${args%% --steps*}\`$spread | $h | $t | **$(ratio "$t" "$h")x** | $g ($share) |")
     echo "done: $label $args" >&2
   done
   ceilings+=("$label: heed's float32 matmuls on $heed_sgemm, sgemm 1024^3 ceiling $ceiling GFLOP/s, FMA peak $peak GFLOP/s")
