@@ -57,6 +57,7 @@ cases=(
 field() { "$python" -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { "$python" -c "print(f'{$1 / $2:.2f}')"; }
+ratio_range() { sort -g | awk '{a[NR]=$1} END {printf "%sx-%sx", a[1], a[NR]}'; }  # "lowx-highx" of ratios on stdin
 
 # The kernel sets: OpenBLAS's own choice, then the other one.
 info=$("$heed_bench" matmul --d 256 --m 256 --n 256 --k 256 --steps 1 --warmup 0)
@@ -97,9 +98,8 @@ for set in $KERNEL_SETS; do
     t=$(printf "%s\n" "${torch_times[@]}" | median)
     g=$(printf "%s\n" "${heed_gflops[@]}" | median)
     share=$("$python" -c "print(f'{100 * $g / $ceiling:.0f}% / {100 * $g / $peak:.0f}%')")
-    sorted=$(printf "%s\n" "${round_ratios[@]}" | sort -g)
     spread=""
-    [ "$rounds" -gt 1 ] && spread=" (per round $(echo "$sorted" | head -1)x-$(echo "$sorted" | tail -1)x, median $(echo "$sorted" | median)x)"
+    [ "$rounds" -gt 1 ] && spread=" (per round $(printf "%s\n" "${round_ratios[@]}" | ratio_range), median $(printf "%s\n" "${round_ratios[@]}" | median)x)"
     rows+=("| $label | $heed_sgemm | \`${args%% --steps*}\`$spread | $h | $t | **$(ratio "$t" "$h")x** | $g ($share) |")
     echo "done: $label $args" >&2
   done
@@ -120,8 +120,7 @@ for set in $KERNEL_SETS; do
     t_ms=$(printf "%s\n" "${t_times[@]}" | median)
     pairs=""
     if [ "$charlm_rounds" -gt 1 ]; then
-      sorted=$(printf "%s\n" "${pair_ratios[@]}" | sort -g)
-      pairs="; medians of $charlm_rounds pairs, per pair $(echo "$sorted" | head -1)x-$(echo "$sorted" | tail -1)x"
+      pairs="; medians of $charlm_rounds pairs, per pair $(printf "%s\n" "${pair_ratios[@]}" | ratio_range)"
     fi
     rows+=("| $label | $heed_sgemm | charlm, nanoGPT CPU recipe, $charlm_iters iters (val loss heed $h_val, PyTorch $(printf %.4f "$t_val")$pairs) | $h_ms | $t_ms | **$(ratio "$t_ms" "$h_ms")x** | |")
   fi
