@@ -482,17 +482,17 @@ void gemm(const GemmArgs& args) {
              "the row-sum epilogue needs alpha 1 and beta 0 (as cuBLASLt's BGRADB is used), got {} and {}", args.alpha,
              args.beta);
   HEED_CHECK(
-      !activation || ((args.pre_activation || args.activation_derivative) && args.ldc == args.n && args.beta == 0.0),
+      !activation || ((args.pre_activation || args.activation_derivative) && args.ldc >= args.n && args.beta == 0.0),
       "gemm",
-      "the activation epilogue needs pre_activation (or activation_derivative), a contiguous C (ldc {} == n {}) "
+      "the activation epilogue needs pre_activation (or activation_derivative), C's rows ldc {} >= n {} apart "
       "and beta 0 (got {})",
       args.ldc, args.n, args.beta);
   HEED_CHECK(!args.activation_derivative || (args.activation == GemmActivation::GeluErf && args.batch == 1), "gemm",
              "the activation_derivative epilogue is for the erf GELU epilogue with batch 1");
   HEED_CHECK(!args.c_multiplier || (!args.bias && !args.a_row_sums && !activation && args.beta == 0.0 &&
-                                    args.ldc == args.n && args.batch == 1 && args.k > 0),
+                                    args.ldc >= args.n && args.batch == 1 && args.k > 0),
              "gemm",
-             "the c_multiplier epilogue needs batch 1, k >= 1, beta 0, a contiguous C (ldc {} == n {}) and no other "
+             "the c_multiplier epilogue needs batch 1, k >= 1, beta 0, C's rows ldc {} >= n {} apart and no other "
              "epilogue",
              args.ldc, args.n);
   HEED_CHECK((!args.bias && !args.a_row_sums && !activation) || args.batch == 1, "gemm",

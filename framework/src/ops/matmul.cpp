@@ -8,7 +8,10 @@
 // float32 accumulation); backward uses matmul_raw and never autocasts. On CUDA 16-bit operands
 // go to the gemm as they are (float32 accumulation in cuBLAS); on the CPU they are widened to
 // float32. F::linear's bias is a gemm epilogue (detail::linear_with_bias) and its gradient the
-// row-sum epilogue of the weight gradient's gemm (kernels.h, GemmArgs).
+// row-sum epilogue of the weight gradient's gemm (kernels.h, GemmArgs). Left operands whose
+// rows sit at one stride (contiguous, or padded rows) are one gemm over all their rows; only
+// F::feed_forward's hidden activations are ever made with padded rows (padded_rows), and never
+// leave its node.
 #include "heed/autocast.h"
 #include "heed/autograd.h"
 #include "heed/ops.h"
@@ -98,8 +101,47 @@ struct Epilogue {
   Tensor* a_row_sums = nullptr;      // receives the row sums of a, or stays undefined
   // CPU-only epilogues for products that are one gemm with K >= 1 (F::feed_forward checks):
   Tensor* activation_derivative = nullptr;  // with the erf GELU: receives gelu'(z) (z is not kept)
-  Tensor c_multiplier;                      // alone: out = (a @ b) * c_multiplier (out's shape)
+  Tensor c_multiplier;                      // alone: out = (a @ b) * c_multiplier (out's shape and strides)
+  // float32 on the CPU: rows of out (and of z, gelu'(z)) a multiple of 2 KiB long laid out
+  // kRowPadFloats further apart (padded_rows): for F::feed_forward's hidden activations only.
+  bool pad_aliasing_rows = false;
 };
+
+// Rows a multiple of 2 KiB apart fall into a few L1 sets (two sets per line on a 32 KiB, 8-way
+// L1), so a gemm panel of 14 such rows evicts itself; heed's AVX-512 gemm packs such operands
+// instead of reading them in place (sgemm.cpp, l1_aliasing and reads_a_in_place_512).
+// F::feed_forward's hidden activations (h and dz: 1024 wide in the lm step, 512 in charlm) are
+// exactly such operands of the weight gradients' A^T B products; laid out 64 bytes further
+// apart they are read in place: with operands from memory those products ran 8-11% faster
+// (lm) and 5-10% (charlm) on a Zen 4 (README, Performance, stop 46).
+constexpr int64_t kAliasingRowFloats = 512, kRowPadFloats = 16;
+
+// An uninitialised tensor of `shape` whose rows are `row_length` elements apart (>= the last
+// dim): make_empty's when they are equal, else a view of the first columns of a wider one.
+Tensor padded_rows(const Dims& shape, int64_t row_length, DType dtype, Device device) {
+  const int64_t cols = shape[shape.size() - 1];
+  if (row_length == cols) return detail::make_empty(shape, dtype, device);
+  Dims wide = shape;
+  wide[wide.size() - 1] = row_length;
+  return detail::make_empty(wide, dtype, device).narrow(-1, 0, cols);
+}
+
+// The row stride of `t` when all its dims but the last walk rows at one stride with unit-stride
+// rows (contiguous, or rows padded: padded_rows), else 0.
+int64_t uniform_row_stride(const Tensor& t) {
+  const int n = t.dim();
+  const int64_t cols = t.shape()[n - 1];
+  if (t.is_contiguous()) return cols;
+  if (t.strides()[n - 1] != 1 || t.strides()[n - 2] < cols) return 0;
+  const int64_t ld = t.strides()[n - 2];
+  int64_t expected = ld * t.shape()[n - 2];
+  for (int i = n - 3; i >= 0; --i) {
+    if (t.shape()[i] == 1) continue;
+    if (t.strides()[i] != expected) return 0;
+    expected *= t.shape()[i];
+  }
+  return ld;
+}
 
 kernels::UnaryOp unary_row_of(kernels::GemmActivation activation) {
   return activation == kernels::GemmActivation::GeluTanh ? kernels::UnaryOp::GeluTanh : kernels::UnaryOp::GeluErf;
@@ -125,10 +167,15 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
   out_shape.push_back(n);
   const DType dtype = a.dtype();
   const DType compute = detail::gemm_dtype(dtype, a.device());
-  Tensor out = detail::make_empty(out_shape, compute, a.device());
+  const int64_t ldc = epilogue.pad_aliasing_rows && compute == kFloat32 && dtype == compute &&
+                              a.device().type == DeviceType::CPU && n % kAliasingRowFloats == 0
+                          ? n + kRowPadFloats
+                          : n;
+  Tensor out = padded_rows(out_shape, ldc, compute, a.device());
   const kernels::GemmActivation activation = epilogue.activation;
   // The activation as a pass of its own over z (products that are not one gemm, K = 0).
-  const auto activation_pass = [&](const Tensor& z) {
+  const auto activation_pass = [&](const Tensor& z_any) {
+    const Tensor z = z_any.contiguous();  // (padded rows: pad_aliasing_rows)
     Tensor h = detail::make_empty(out_shape, compute, a.device());
     HEED_KERNEL(a.device(), unary)(unary_row_of(activation), compute, z.raw_data(), h.raw_data(), h.numel(), 0.0);
     return h;
@@ -156,17 +203,19 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
   args.n = n;
   args.k = k;
   args.c = out.raw_data();
-  args.ldc = n;
+  args.ldc = ldc;
   args.batch = shape_numel(batch);
-  args.batch_stride_c = m * n;
-  // (..., M, K) @ (K, N) with row-major left rows: one gemm over all B*M rows.
-  Tensor a_rows = batch_b.empty() && !batch.empty() && A.is_contiguous() ? A : Tensor();
+  args.batch_stride_c = m * ldc;
+  // (..., M, K) @ (K, N) with the left rows at one stride (contiguous or padded_rows): one gemm
+  // over all B*M rows.
+  const int64_t a_row_stride = batch_b.empty() && !batch.empty() ? uniform_row_stride(A) : 0;
+  Tensor a_rows = a_row_stride > 0 ? A : Tensor();
   if (a_rows.defined()) {
     GemmOperand ob = make_operand(B, {});
     args.m = m * args.batch;
     args.batch = 1;
     args.a = a_rows.raw_data();
-    args.lda = k;
+    args.lda = a_row_stride;
     args.trans_a = false;
     args.b = ob.data;
     args.ldb = ob.ld;
@@ -207,18 +256,19 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
     args.activation = activation;
     if (epilogue.activation_derivative) {
       // gelu'(z) instead of z: z lives in the output's block until gelu(z) replaces it.
-      derivative = detail::make_empty(out_shape, compute, a.device());
+      derivative = padded_rows(out_shape, ldc, compute, a.device());
       args.activation_derivative = derivative.raw_data();
     } else {
-      z = detail::make_empty(out_shape, compute, a.device());
+      z = padded_rows(out_shape, ldc, compute, a.device());
       args.pre_activation = z.raw_data();
     }
   }
   if (epilogue.c_multiplier.defined()) {
-    HEED_CHECK(epilogue.c_multiplier.shape() == out_shape && epilogue.c_multiplier.is_contiguous() &&
+    HEED_CHECK(epilogue.c_multiplier.shape() == out_shape && epilogue.c_multiplier.strides() == out.strides() &&
                    epilogue.c_multiplier.dtype() == compute,
-               "matmul", "the multiplier epilogue needs a contiguous {} of shape {}, got {}", dtype_name(compute),
-               shape_str(out_shape), shape_str(epilogue.c_multiplier.shape()));
+               "matmul", "the multiplier epilogue needs a {} of shape {} and strides {}, got shape {} and strides {}",
+               dtype_name(compute), shape_str(out_shape), shape_str(out.strides()),
+               shape_str(epilogue.c_multiplier.shape()), shape_str(epilogue.c_multiplier.strides()));
     args.c_multiplier = epilogue.c_multiplier.raw_data();
   }
   HEED_KERNEL(a.device(), gemm)(args);
@@ -372,7 +422,8 @@ Tensor detail::feed_forward_fused(const Tensor& x, const Tensor& w1_t, const Ten
   Epilogue fc1_epilogue;
   fc1_epilogue.bias = b1.defined() ? b1.detach() : Tensor();
   fc1_epilogue.activation = kernels::GemmActivation::GeluErf;
-  Tensor derivative;  // gelu'(z); z, the GELU's input, is never handed back
+  fc1_epilogue.pad_aliasing_rows = true;  // h and gelu'(z): read in place by the weight gradients
+  Tensor derivative;                      // gelu'(z); z, the GELU's input, is never handed back
   if (need_dz) fc1_epilogue.activation_derivative = &derivative;
   const Tensor h = matmul_raw(a.detach(), w1_t.detach(), fc1_epilogue);  // (..., F)
   Epilogue fc2_epilogue;
@@ -393,6 +444,7 @@ Tensor detail::feed_forward_fused(const Tensor& x, const Tensor& w1_t, const Ten
         // the factor the gelu row's backward would compute, in one gemm.
         Epilogue times_derivative;
         times_derivative.c_multiplier = saved_derivative.get();
+        times_derivative.pad_aliasing_rows = true;  // dz as gelu'(z): read in place by dW1's product
         const Tensor dz = matmul_raw(g, saved_w2_t.get().transpose(-1, -2), times_derivative);
         fc1_grads = fc1(dz, need_b1 ? &b1_grad : nullptr);
         if (need_b1 && !b1_grad.defined()) b1_grad = sum_to(dz, b1_shape);
