@@ -116,17 +116,18 @@ using VarianceFn = void (*)(DType dtype, const void* in, int64_t outer, int64_t 
 //    added to every row with no second pass over C (CUDA: cuBLASLt's BIAS epilogue; CPU: C
 //    filled with the bias block by block before each block's gemm accumulates onto it).
 //  * activation (GeluErf or GeluTanh; with or without bias; beta 0; CUDA: C contiguous, ldc == n;
-//    CPU: any ldc >= n, the buffers below then rows ldc apart as C's): pre_activation (m x n) receives z = alpha *
-//    op(A) @ op(B) (+ bias) and C receives gelu(z), computed as the unary rows gelu / gelu_tanh compute it (CUDA:
-//    cuBLASLt's GELU_AUX(_BIAS) epilogue for the tanh form, whose GELU that is; the erf form as the gemm into
-//    pre_activation and the unary kernel after it; CPU: block by block while the block of z is in cache).
+//    CPU: any ldc >= n, the buffers below then rows ldc apart as C's): pre_activation (m x n)
+//    receives z = alpha * op(A) @ op(B) (+ bias) and C receives gelu(z), computed as the unary
+//    rows gelu / gelu_tanh compute it (CUDA: cuBLASLt's GELU_AUX(_BIAS) epilogue for the tanh
+//    form, whose GELU that is; the erf form as the gemm into pre_activation and the unary kernel
+//    after it; CPU: block by block while the block of z is in cache).
 //  * activation_derivative (CPU, GeluErf only; with the activation epilogue): also
 //    receives gelu'(z) (m x n), the factor the gelu row's backward multiplies its
 //    incoming gradient by, with that kernel's bits (for a backward that keeps it instead of z);
 //    pre_activation may then be null (z is formed in C's block and replaced by gelu(z)).
-//  * c_multiplier (CPU only; alone, beta 0): C = (alpha * op(A) @ op(B)) *
-//    c_multiplier element by element (m x n, rows ldc apart as C's), block by block while the block of C
-//    is in cache: the gradient of a GELU whose derivative the forward kept (F::feed_forward).
+//  * c_multiplier (CPU only; alone, beta 0): C = (alpha * op(A) @ op(B)) * c_multiplier element
+//    by element (m x n, rows ldc apart as C's), block by block while the block of C is in cache:
+//    the gradient of a GELU whose derivative the forward kept (F::feed_forward).
 //    The CUDA backend refuses both.
 //  * a_row_sums (m elements, contiguous; written, not accumulated; alpha must be 1):
 //    sum_p op(A)[i, p], the bias gradient of a Linear whose weight gradient is this gemm

@@ -126,21 +126,17 @@ Tensor padded_rows(const Dims& shape, int64_t row_length, DType dtype, Device de
   return detail::make_empty(wide, dtype, device).narrow(-1, 0, cols);
 }
 
-// The row stride of `t` when all its dims but the last walk rows at one stride with unit-stride
-// rows (contiguous, or rows padded: padded_rows), else 0.
-int64_t uniform_row_stride(const Tensor& t) {
-  const int n = t.dim();
-  const int64_t cols = t.shape()[n - 1];
-  if (t.is_contiguous()) return cols;
-  if (t.strides()[n - 1] != 1 || t.strides()[n - 2] < cols) return 0;
-  const int64_t ld = t.strides()[n - 2];
-  int64_t expected = ld * t.shape()[n - 2];
-  for (int i = n - 3; i >= 0; --i) {
-    if (t.shape()[i] == 1) continue;
-    if (t.strides()[i] != expected) return 0;
-    expected *= t.shape()[i];
-  }
-  return ld;
+// The row stride of `t` (..., M, K) when its rows, batch dims included, sit at one stride with
+// unit-stride rows (contiguous, or rows padded: padded_rows), so (..., M, K) is one (B*M, K)
+// matrix; 0 otherwise.
+int64_t uniform_row_stride(const Tensor& t, const Dims& batch_shape) {
+  bool trans = false;
+  int64_t ld = 0;
+  if (!matrix_layout(t, &trans, &ld) || trans) return 0;
+  const int64_t batch_stride = collapsed_batch_stride(t, batch_shape);
+  const int64_t rows = t.shape()[t.dim() - 2];
+  const bool one_matrix = batch_stride == 0 && shape_numel(batch_shape) == 1;  // not a broadcast one
+  return one_matrix || batch_stride == rows * ld ? ld : 0;
 }
 
 kernels::UnaryOp unary_row_of(kernels::GemmActivation activation) {
@@ -167,10 +163,9 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
   out_shape.push_back(n);
   const DType dtype = a.dtype();
   const DType compute = detail::gemm_dtype(dtype, a.device());
-  const int64_t ldc = epilogue.pad_aliasing_rows && compute == kFloat32 && dtype == compute &&
-                              a.device().type == DeviceType::CPU && n % kAliasingRowFloats == 0
-                          ? n + kRowPadFloats
-                          : n;
+  const bool pad_rows = epilogue.pad_aliasing_rows && compute == kFloat32 && dtype == compute &&
+                        a.device().type == DeviceType::CPU && n % kAliasingRowFloats == 0;
+  const int64_t ldc = pad_rows ? n + kRowPadFloats : n;
   Tensor out = padded_rows(out_shape, ldc, compute, a.device());
   const kernels::GemmActivation activation = epilogue.activation;
   // The activation as a pass of its own over z (products that are not one gemm, K = 0).
@@ -208,7 +203,7 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Epilogue& epilogue = E
   args.batch_stride_c = m * ldc;
   // (..., M, K) @ (K, N) with the left rows at one stride (contiguous or padded_rows): one gemm
   // over all B*M rows.
-  const int64_t a_row_stride = batch_b.empty() && !batch.empty() ? uniform_row_stride(A) : 0;
+  const int64_t a_row_stride = batch_b.empty() && !batch.empty() ? uniform_row_stride(A, batch) : 0;
   Tensor a_rows = a_row_stride > 0 ? A : Tensor();
   if (a_rows.defined()) {
     GemmOperand ob = make_operand(B, {});
