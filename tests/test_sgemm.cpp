@@ -198,7 +198,9 @@ TEST_CASE("heed_sgemm: an element's bits depend on its row, column and k only (t
       };
       std::vector<float> whole(static_cast<size_t>(p.m * p.ldc), 0.0f);
       run_twice(here.front(), 0, p.m, whole.data());
-      // Every kernel width, and rows alone (a 1-row problem: a zero-padded edge tile).
+      // Every kernel width, rows alone (1-row problems: an edge tile) and runs of 2 to 15 rows
+      // (the AVX-512 kernel's tiles of 1 to 13 rows for a last partial panel, a full one, and
+      // a full one followed by a 1-row tile).
       int differing = 0;
       for (SgemmKernel kernel : here) {
         std::vector<float> again(whole.size(), 0.0f);
@@ -208,6 +210,14 @@ TEST_CASE("heed_sgemm: an element's bits depend on its row, column and k only (t
           std::vector<float> row(static_cast<size_t>(p.ldc), 0.0f);
           run_twice(kernel, i, 1, row.data());
           differing += std::memcmp(row.data(), whole.data() + i * p.ldc, static_cast<size_t>(p.n) * sizeof(float)) != 0;
+        }
+        for (int64_t rows = 2; rows <= 15; ++rows) {
+          const int64_t i = (rows * 11) % (p.m - rows);
+          std::vector<float> run(static_cast<size_t>(rows * p.ldc), 0.0f);
+          run_twice(kernel, i, rows, run.data());
+          for (int64_t r = 0; r < rows; ++r)
+            differing += std::memcmp(run.data() + r * p.ldc, whole.data() + (i + r) * p.ldc,
+                                     static_cast<size_t>(p.n) * sizeof(float)) != 0;
         }
       }
       CHECK(differing == 0);

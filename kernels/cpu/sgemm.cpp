@@ -35,11 +35,13 @@
 // - a team product gives heed_sgemm's bits on any number of threads: the same tile kernel and
 //   the same KC slices in order for every element, whichever thread ran it.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include <omp.h>
 
@@ -331,51 +333,75 @@ __attribute__((target("avx512f,fma"))) inline void store_row_512(float* out, __m
   }
 }
 
-// One step of p of the 14 x 32 tile: acc[i] += pa[i] * pb[0, 32).
-__attribute__((target("avx512f,fma"), always_inline)) inline void step_512(__m512 (&acc)[kMr512][2], const float* pa,
+// One step of p of an R x 32 tile: acc[i] += pa[i] * pb[0, 32), i < R.
+template <int R>
+__attribute__((target("avx512f,fma"), always_inline)) inline void step_512(__m512 (&acc)[R][2], const float* pa,
                                                                            const float* pb) {
   const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
 #pragma GCC unroll 14
-  for (int i = 0; i < kMr512; ++i) {
+  for (int i = 0; i < R; ++i) {
     const __m512 x = _mm512_set1_ps(pa[i]);
     acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
     acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
   }
 }
 
-__attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
-                                                     int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
-                                                     bool first, const float* bias, int64_t ldpb, int64_t a_step,
-                                                     const RowPrefetch (&prefetch)[2]) {
-  __m512 acc[kMr512][2];
+// The first R rows of a panel times one sliver (tile_512's arguments): the full 14-row tile, and
+// the last panel of an operand whose rows are not a multiple of 14 (R = its rows), which ran the
+// whole tile on zero rows before (m = 128: a tenth panel of 2 rows at the cost of 14; the
+// 2-row tile's 4 chains of fused multiply-adds cost about a seventh of it). Every C element is
+// the same chain of fused multiply-adds from 0 in p order whatever R is, and the same store: the
+// bits do not depend on which tile computed the element.
+template <int R>
+__attribute__((target("avx512f,fma"))) void tile_rows_512(int64_t kc, const float* pa, const float* pb, float* c,
+                                                          int64_t ldc, int64_t rows, int64_t cols, float alpha,
+                                                          float beta, bool first, const float* bias, int64_t ldpb,
+                                                          int64_t a_step, const RowPrefetch (&prefetch)[2]) {
+  __m512 acc[R][2];
 #pragma GCC unroll 14
-  for (int i = 0; i < kMr512; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int i = 0; i < rows; ++i) {  // C's tile is needed at the end: start bringing it in now
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }
   if (prefetch[0].rows == nullptr && prefetch[1].rows == nullptr) {  // nothing to prefetch: the plain loop
-    for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_512(acc, pa, pb);
+    for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_512<R>(acc, pa, pb);
   } else {
     Prefetcher prefetcher(prefetch);
     for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
       const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
       prefetcher.issue_until(p_end);
-      for (int64_t p = p0; p < p_end; ++p, pa += a_step, pb += ldpb) step_512(acc, pa, pb);
+      for (int64_t p = p0; p < p_end; ++p, pa += a_step, pb += ldpb) step_512<R>(acc, pa, pb);
     }
   }
-  if (rows == kMr512 && cols == kNr512) {
+  if (rows == R && cols == kNr512) {
 #pragma GCC unroll 14
-    for (int i = 0; i < kMr512; ++i) store_row_512(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first, bias);
+    for (int i = 0; i < R; ++i) store_row_512(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first, bias);
     return;
   }
-  alignas(64) float tile[kMr512 * kNr512];
+  alignas(64) float tile[R * kNr512];
 #pragma GCC unroll 14
-  for (int i = 0; i < kMr512; ++i) {
+  for (int i = 0; i < R; ++i) {
     _mm512_store_ps(tile + i * kNr512, acc[i][0]);
     _mm512_store_ps(tile + i * kNr512 + 16, acc[i][1]);
   }
-  store_edge<kMr512, kNr512>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
+  store_edge<R, kNr512>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
+}
+
+// The 14 x 32 tile kernel: a panel of `rows` (1 to 14) real rows runs the tile of that many rows.
+template <int... R>
+constexpr auto make_row_tiles(std::integer_sequence<int, R...>) {
+  return std::array{&tile_rows_512<R + 1>...};
+}
+__attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
+                                                     int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
+                                                     bool first, const float* bias, int64_t ldpb, int64_t a_step,
+                                                     const RowPrefetch (&prefetch)[2]) {
+  static constexpr auto kRowTiles = make_row_tiles(std::make_integer_sequence<int, kMr512>{});
+  if (rows >= kMr512)
+    return tile_rows_512<kMr512>(kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step, prefetch);
+  kRowTiles[static_cast<size_t>(rows - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step,
+                                           prefetch);
 }
 
 // ---- AVX2: a 6 x 16 tile in 12 ymm accumulators -----------------------------------------------
