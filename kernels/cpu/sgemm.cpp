@@ -428,45 +428,58 @@ inline void store_row_256(float* out, __m256 acc0, __m256 acc1, float alpha, flo
   }
 }
 
-// One step of p of the 6 x 16 tile: acc[i] += pa[i] * pb[0, 16).
-__attribute__((always_inline)) inline void step_256(__m256 (&acc)[kMr256][2], const float* pa, const float* pb) {
+// One step of p of an R x 16 tile: acc[i] += pa[i] * pb[0, 16), i < R.
+template <int R>
+__attribute__((always_inline)) inline void step_256(__m256 (&acc)[R][2], const float* pa, const float* pb) {
   const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
 #pragma GCC unroll 6
-  for (int i = 0; i < kMr256; ++i) {
+  for (int i = 0; i < R; ++i) {
     const __m256 x = _mm256_broadcast_ss(pa + i);
     acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
     acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
   }
 }
 
-void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
-              float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
-              const RowPrefetch (&prefetch)[2]) {
-  __m256 acc[kMr256][2];
+// The first R rows of a panel times one sliver (tile_256's arguments), as tile_rows_512.
+template <int R>
+void tile_rows_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
+                   float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
+                   const RowPrefetch (&prefetch)[2]) {
+  __m256 acc[R][2];
 #pragma GCC unroll 6
-  for (int i = 0; i < kMr256; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   if (prefetch[0].rows == nullptr && prefetch[1].rows == nullptr) {  // nothing to prefetch: the plain loop
-    for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_256(acc, pa, pb);
+    for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_256<R>(acc, pa, pb);
   } else {
     Prefetcher prefetcher(prefetch);
     for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
       const int64_t p_end = std::min(kc, p0 + kPrefetchChunk);
       prefetcher.issue_until(p_end);
-      for (int64_t p = p0; p < p_end; ++p, pa += a_step, pb += ldpb) step_256(acc, pa, pb);
+      for (int64_t p = p0; p < p_end; ++p, pa += a_step, pb += ldpb) step_256<R>(acc, pa, pb);
     }
   }
-  if (rows == kMr256 && cols == kNr256) {
+  if (rows == R && cols == kNr256) {
 #pragma GCC unroll 6
-    for (int i = 0; i < kMr256; ++i) store_row_256(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first, bias);
+    for (int i = 0; i < R; ++i) store_row_256(c + i * ldc, acc[i][0], acc[i][1], alpha, beta, first, bias);
     return;
   }
-  alignas(32) float tile[kMr256 * kNr256];
+  alignas(32) float tile[R * kNr256];
 #pragma GCC unroll 6
-  for (int i = 0; i < kMr256; ++i) {
+  for (int i = 0; i < R; ++i) {
     _mm256_store_ps(tile + i * kNr256, acc[i][0]);
     _mm256_store_ps(tile + i * kNr256 + 8, acc[i][1]);
   }
-  store_edge<kMr256, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
+  store_edge<R, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
+}
+
+// The 6 x 16 tile kernel: a panel of `rows` (1 to 6) real rows runs the tile of that many rows.
+void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
+              float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
+              const RowPrefetch (&prefetch)[2]) {
+  static constexpr std::array kRowTiles{&tile_rows_256<1>, &tile_rows_256<2>, &tile_rows_256<3>,
+                                        &tile_rows_256<4>, &tile_rows_256<5>, &tile_rows_256<6>};
+  kRowTiles[static_cast<size_t>(std::clamp<int64_t>(rows, 1, kMr256) - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta,
+                                                                           first, bias, ldpb, a_step, prefetch);
 }
 
 // The AVX-512 kernel's in-place reads (packed_gemm explains them): op(B) = B's full slivers when
