@@ -23,8 +23,9 @@
 // - every C element is one float accumulator per KC slice, fed p in increasing order with fused
 //   multiply-adds; slices are added to C in order (the first as alpha * acc (+ beta * C), the
 //   others as C + alpha * acc). The order depends on k only, so the result is the same for every
-//   thread count and for every position of the element in its tile (edge tiles run the same
-//   register kernel on zero-padded panels).
+//   thread count and for every position of the element in its tile (a last partial panel of
+//   op(A) runs the tile of its own rows, tile_rows_512 / tile_rows_256: each element's chain is
+//   the same; a partial sliver of op(B) runs the whole tile on zero-padded columns).
 // - a bias (one per column of C) is added in the first slice's store, as C = bias + alpha * acc:
 //   the bits of filling C with the bias and running with beta = 1.
 // - beta == 0 never reads C (it may hold NaN, as BLAS allows).
