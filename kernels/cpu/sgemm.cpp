@@ -389,20 +389,29 @@ __attribute__((target("avx512f,fma"))) void tile_rows_512(int64_t kc, const floa
   store_edge<R, kNr512>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
 }
 
-// The 14 x 32 tile kernel: a panel of `rows` (1 to 14) real rows runs the tile of that many rows.
-template <int... R>
-constexpr auto make_row_tiles(std::integer_sequence<int, R...>) {
-  return std::array{&tile_rows_512<R + 1>...};
+// A table of a kernel's tiles for a partial panel, entry r - 1 for r rows (r = 1 .. MR - 1):
+// Rows::tile<R> is the R-row tile (tile_rows_512, tile_rows_256).
+template <typename Rows, int... R>
+constexpr auto partial_panel_tiles(std::integer_sequence<int, R...>) {
+  return std::array{Rows::template tile<R + 1>...};
 }
+
+struct Rows512 {
+  template <int R>
+  static constexpr auto tile = &tile_rows_512<R>;
+};
+
+// The 14 x 32 tile kernel: a full panel runs the 14-row tile, a partial one (1 to 13 real
+// rows) the tile of that many rows.
 __attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
                                                      int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
                                                      bool first, const float* bias, int64_t ldpb, int64_t a_step,
                                                      const RowPrefetch (&prefetch)[2]) {
-  static constexpr auto kRowTiles = make_row_tiles(std::make_integer_sequence<int, kMr512>{});
+  static constexpr auto kPartial = partial_panel_tiles<Rows512>(std::make_integer_sequence<int, kMr512 - 1>{});
   if (rows >= kMr512)
     return tile_rows_512<kMr512>(kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step, prefetch);
-  kRowTiles[static_cast<size_t>(rows - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step,
-                                           prefetch);
+  kPartial[static_cast<size_t>(rows - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step,
+                                          prefetch);
 }
 
 // ---- AVX2: a 6 x 16 tile in 12 ymm accumulators -----------------------------------------------
@@ -473,14 +482,21 @@ void tile_rows_256(int64_t kc, const float* pa, const float* pb, float* c, int64
   store_edge<R, kNr256>(tile, rows, cols, c, ldc, alpha, beta, first, bias);
 }
 
-// The 6 x 16 tile kernel: a panel of `rows` (1 to 6) real rows runs the tile of that many rows.
+struct Rows256 {
+  template <int R>
+  static constexpr auto tile = &tile_rows_256<R>;
+};
+
+// The 6 x 16 tile kernel: a full panel runs the 6-row tile, a partial one (1 to 5 real rows)
+// the tile of that many rows.
 void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
               float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
               const RowPrefetch (&prefetch)[2]) {
-  static constexpr std::array kRowTiles{&tile_rows_256<1>, &tile_rows_256<2>, &tile_rows_256<3>,
-                                        &tile_rows_256<4>, &tile_rows_256<5>, &tile_rows_256<6>};
-  kRowTiles[static_cast<size_t>(std::clamp<int64_t>(rows, 1, kMr256) - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta,
-                                                                           first, bias, ldpb, a_step, prefetch);
+  static constexpr auto kPartial = partial_panel_tiles<Rows256>(std::make_integer_sequence<int, kMr256 - 1>{});
+  if (rows >= kMr256)
+    return tile_rows_256<kMr256>(kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step, prefetch);
+  kPartial[static_cast<size_t>(rows - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step,
+                                          prefetch);
 }
 
 // The AVX-512 kernel's in-place reads (packed_gemm explains them): op(B) = B's full slivers when
