@@ -396,23 +396,25 @@ constexpr auto partial_panel_tiles(std::integer_sequence<int, R...>) {
   return std::array{Rows::template tile<R + 1>...};
 }
 
+// A tile kernel of MR-row panels: a full panel runs the MR-row tile, a partial one (1 to MR - 1
+// real rows) the tile of that many rows.
+template <typename Rows, int MR>
+void panel_tile(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
+                float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
+                const RowPrefetch (&prefetch)[2]) {
+  static constexpr auto kPartial = partial_panel_tiles<Rows>(std::make_integer_sequence<int, MR - 1>{});
+  if (rows >= MR)
+    return Rows::template tile<MR>(kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step, prefetch);
+  kPartial[static_cast<size_t>(rows - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step,
+                                          prefetch);
+}
+
 struct Rows512 {
   template <int R>
   static constexpr auto tile = &tile_rows_512<R>;
 };
-
-// The 14 x 32 tile kernel: a full panel runs the 14-row tile, a partial one (1 to 13 real
-// rows) the tile of that many rows.
-__attribute__((target("avx512f,fma"))) void tile_512(int64_t kc, const float* pa, const float* pb, float* c,
-                                                     int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
-                                                     bool first, const float* bias, int64_t ldpb, int64_t a_step,
-                                                     const RowPrefetch (&prefetch)[2]) {
-  static constexpr auto kPartial = partial_panel_tiles<Rows512>(std::make_integer_sequence<int, kMr512 - 1>{});
-  if (rows >= kMr512)
-    return tile_rows_512<kMr512>(kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step, prefetch);
-  kPartial[static_cast<size_t>(rows - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step,
-                                          prefetch);
-}
+// The 14 x 32 tile kernel.
+constexpr auto tile_512 = &panel_tile<Rows512, kMr512>;
 
 // ---- AVX2: a 6 x 16 tile in 12 ymm accumulators -----------------------------------------------
 
@@ -486,18 +488,8 @@ struct Rows256 {
   template <int R>
   static constexpr auto tile = &tile_rows_256<R>;
 };
-
-// The 6 x 16 tile kernel: a full panel runs the 6-row tile, a partial one (1 to 5 real rows)
-// the tile of that many rows.
-void tile_256(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows, int64_t cols,
-              float alpha, float beta, bool first, const float* bias, int64_t ldpb, int64_t a_step,
-              const RowPrefetch (&prefetch)[2]) {
-  static constexpr auto kPartial = partial_panel_tiles<Rows256>(std::make_integer_sequence<int, kMr256 - 1>{});
-  if (rows >= kMr256)
-    return tile_rows_256<kMr256>(kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step, prefetch);
-  kPartial[static_cast<size_t>(rows - 1)](kc, pa, pb, c, ldc, rows, cols, alpha, beta, first, bias, ldpb, a_step,
-                                          prefetch);
-}
+// The 6 x 16 tile kernel.
+constexpr auto tile_256 = &panel_tile<Rows256, kMr256>;
 
 // The AVX-512 kernel's in-place reads (packed_gemm explains them): op(B) = B's full slivers when
 // the block has at most two MC row blocks and B's rows do not alias in L1; op(A) = A^T's full
