@@ -163,7 +163,7 @@ TEST_CASE("tile_gemm: C = alpha A B + beta C against a float64 product, A or A^T
   else
     MESSAGE("skipped the AVX-512 blocks: this CPU has no AVX-512F");
   for (bool avx512 : widths)
-    for (int64_t m : {1, 3, 4, 5, 8, 9, 17, 64})
+    for (int64_t m : {1, 3, 4, 5, 6, 8, 9, 12, 17, 32, 64})
       for (int64_t n : {1, 7, 8, 16, 23, 32, 40, 64, 72})
         for (int64_t k : {1, 5, 32, 64})
           for (bool trans_a : {false, true})
@@ -189,6 +189,13 @@ TEST_CASE("tile_gemm: C = alpha A B + beta C against a float64 product, A or A^T
               const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
               kernels::cpu::tile_gemm(m, n, k, alpha, a.data(), a_row, a_col, b.data(), ldb, beta, c.data(), ldc,
                                       avx512);
+              // Every row the same bits as that row alone (one-row blocks): the 6- and 4-row
+              // blocks feed each element the same chain of fused multiply-adds.
+              std::vector<float> by_row = c_before;
+              for (int64_t i = 0; i < m; ++i)
+                kernels::cpu::tile_gemm(1, n, k, alpha, a.data() + i * a_row, a_row, a_col, b.data(), ldb, beta,
+                                        by_row.data() + i * ldc, ldc, avx512);
+              CHECK(std::memcmp(by_row.data(), c.data(), c.size() * sizeof(float)) == 0);
               if (avx512) {  // the same bits as the AVX2 blocks
                 std::vector<float> narrow = c_before;
                 kernels::cpu::tile_gemm(m, n, k, alpha, a.data(), a_row, a_col, b.data(), ldb, beta, narrow.data(), ldc,
