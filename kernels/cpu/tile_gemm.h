@@ -46,83 +46,41 @@ inline void store_scaled(float* out, __m256 acc, float alpha, float beta) {
   _mm256_storeu_ps(out, beta == 0.0f ? scaled : _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(out), scaled));
 }
 
-// 4 rows x 16 columns of C in 8 named accumulators (an array of them would live on the stack).
-inline void block_4x16(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
-                       int64_t ldb, float beta, float* c, int64_t ldc) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  const float *a0 = a, *a1 = a + a_row, *a2 = a + 2 * a_row, *a3 = a + 3 * a_row;
-  for (int64_t p = 0; p < k; ++p, b += ldb) {
-    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    const int64_t at = p * a_col;
-    __m256 x = _mm256_broadcast_ss(a0 + at);
-    c00 = _mm256_fmadd_ps(x, b0, c00);
-    c01 = _mm256_fmadd_ps(x, b1, c01);
-    x = _mm256_broadcast_ss(a1 + at);
-    c10 = _mm256_fmadd_ps(x, b0, c10);
-    c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(a2 + at);
-    c20 = _mm256_fmadd_ps(x, b0, c20);
-    c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(a3 + at);
-    c30 = _mm256_fmadd_ps(x, b0, c30);
-    c31 = _mm256_fmadd_ps(x, b1, c31);
-  }
-  store_scaled(c, c00, alpha, beta);
-  store_scaled(c + 8, c01, alpha, beta);
-  store_scaled(c + ldc, c10, alpha, beta);
-  store_scaled(c + ldc + 8, c11, alpha, beta);
-  store_scaled(c + 2 * ldc, c20, alpha, beta);
-  store_scaled(c + 2 * ldc + 8, c21, alpha, beta);
-  store_scaled(c + 3 * ldc, c30, alpha, beta);
-  store_scaled(c + 3 * ldc + 8, c31, alpha, beta);
-}
-
-// 6 rows x 16 columns of C in 12 accumulators (the loops are unrolled, so they stay in registers):
-// 12 independent chains where block_4x16 has 8, with the AVX2 kernel of heed's sgemm (6 x 16) in
-// mind. On a Zen 3, causal attention fwd + bwd at charlm's shape (B12 H4 T64 D32) ran 5.5% faster
-// with it, and B2 H4 T2048 D128 7% (README, stop 48).
-inline void block_6x16(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
-                       int64_t ldb, float beta, float* c, int64_t ldc) {
-  __m256 acc[6][2];
+// R rows x 16 columns of C in 2R accumulators (the loops are unrolled, so they stay in
+// registers): R = 6 (12 independent chains of fused multiply-adds, the shape of heed's sgemm AVX2
+// tile), 4 (8 chains, just what two FMA pipes of latency 4 need) and 1. 6-row blocks took 5.5% off
+// causal attention fwd + bwd at charlm's shape (B12 H4 T64 D32) on a Zen 3 and 7% off B2 H4
+// T2048 D128, against 4-row blocks only (README, stop 48).
+template <int R>
+inline void block_x16(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+                      float beta, float* c, int64_t ldc) {
+  __m256 acc[R][2];
 #pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p, b += ldb) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
     const float* ap = a + p * a_col;
 #pragma GCC unroll 6
-    for (int i = 0; i < 6; ++i) {
+    for (int i = 0; i < R; ++i) {
       const __m256 x = _mm256_broadcast_ss(ap + i * a_row);
       acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
     }
   }
 #pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < R; ++i) {
     store_scaled(c + i * ldc, acc[i][0], alpha, beta);
     store_scaled(c + i * ldc + 8, acc[i][1], alpha, beta);
   }
 }
 
 // The rows of an m-row product that the 16-column loop runs in 6-row blocks: as many as leave a
-// multiple of 4 rows for block_4x16 where one fewer block does (m = 32: 4 x 6 + 2 x 4, not
-// 5 x 6 + 2 single rows, whose 2 chains of fused multiply-adds wait on the FMA latency).
+// multiple of 4 rows for the 4-row blocks where one fewer block does (m = 32: 4 x 6 + 2 x 4, not
+// 5 x 6 + 2 single rows, whose 2 chains each wait on the FMA latency).
 inline int64_t rows_in_blocks_of_6(int64_t m) {
   int64_t blocks = m / 6;
   if ((m - 6 * blocks) % 4 != 0 && blocks > 0 && (m - 6 * (blocks - 1)) % 4 == 0) --blocks;
   return 6 * blocks;
-}
-
-// 1 row x 16 columns (the rows left below a multiple of 4).
-inline void block_1x16(int64_t k, float alpha, const float* a, int64_t a_col, const float* b, int64_t ldb, float beta,
-                       float* c) {
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0;
-  for (int64_t p = 0; p < k; ++p, b += ldb) {
-    const __m256 x = _mm256_broadcast_ss(a + p * a_col);
-    c0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b), c0);
-    c1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 8), c1);
-  }
-  store_scaled(c, c0, alpha, beta);
-  store_scaled(c + 8, c1, alpha, beta);
 }
 
 // 4 rows x 8 columns.
@@ -232,10 +190,10 @@ inline void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float*
   for (; j + 16 <= n; j += 16) {
     int64_t i = 0;
     for (const int64_t six_rows = rows_in_blocks_of_6(m); i < six_rows; i += 6)
-      block_6x16(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
+      block_x16<6>(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
     for (; i + 4 <= m; i += 4)
-      block_4x16(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
-    for (; i < m; ++i) block_1x16(k, alpha, a + i * a_row, a_col, b + j, ldb, beta, c + i * ldc + j);
+      block_x16<4>(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
+    for (; i < m; ++i) block_x16<1>(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
   }
   for (; j + 8 <= n; j += 8) {
     int64_t i = 0;
