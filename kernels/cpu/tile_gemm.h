@@ -48,9 +48,10 @@ inline void store_scaled(float* out, __m256 acc, float alpha, float beta) {
 
 // R rows x 16 columns of C in 2R accumulators (the loops are unrolled, so they stay in
 // registers): R = 6 (12 independent chains of fused multiply-adds, the shape of heed's sgemm AVX2
-// tile), 4 (8 chains, just what two FMA pipes of latency 4 need) and 1. 6-row blocks took 5.5% off
-// causal attention fwd + bwd at charlm's shape (B12 H4 T64 D32) on a Zen 3 and 7% off B2 H4
-// T2048 D128, against 4-row blocks only (README, stop 48).
+// tile), 4 (8 chains, just what two FMA pipes of latency 4 need) and 1. On a Zen 3, 6-row blocks
+// took 7-10% off causal attention fwd + bwd with head dim 128 (B2 H4 T2048 D128, B1 H8 T512
+// D128) against 4-row blocks only; with head dims 32 and 64 the two read the same within 2%
+// (README, stop 48).
 template <int R>
 inline void block_x16(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
                       float beta, float* c, int64_t ldc) {
