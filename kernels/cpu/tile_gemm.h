@@ -84,32 +84,21 @@ inline int64_t rows_in_blocks_of_6(int64_t m) {
   return 6 * blocks;
 }
 
-// 4 rows x 8 columns.
-inline void block_4x8(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
-                      float beta, float* c, int64_t ldc) {
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-  const float *a0 = a, *a1 = a + a_row, *a2 = a + 2 * a_row, *a3 = a + 3 * a_row;
+// R rows x 8 columns of C in R accumulators (R = 4, and 1 for the rows left below a multiple of 4).
+template <int R>
+inline void block_x8(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+                     float beta, float* c, int64_t ldc) {
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p, b += ldb) {
     const __m256 b0 = _mm256_loadu_ps(b);
-    const int64_t at = p * a_col;
-    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + at), b0, c0);
-    c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + at), b0, c1);
-    c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + at), b0, c2);
-    c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + at), b0, c3);
+    const float* ap = a + p * a_col;
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + i * a_row), b0, acc[i]);
   }
-  store_scaled(c, c0, alpha, beta);
-  store_scaled(c + ldc, c1, alpha, beta);
-  store_scaled(c + 2 * ldc, c2, alpha, beta);
-  store_scaled(c + 3 * ldc, c3, alpha, beta);
-}
-
-// 1 row x 8 columns.
-inline void block_1x8(int64_t k, float alpha, const float* a, int64_t a_col, const float* b, int64_t ldb, float beta,
-                      float* c) {
-  __m256 c0 = _mm256_setzero_ps();
-  for (int64_t p = 0; p < k; ++p, b += ldb)
-    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + p * a_col), _mm256_loadu_ps(b), c0);
-  store_scaled(c, c0, alpha, beta);
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) store_scaled(c + i * ldc, acc[i], alpha, beta);
 }
 
 // ---- AVX-512 (run only where the CPU has it: tile_gemm_has_avx512) ----------------------------
@@ -198,8 +187,9 @@ inline void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float*
   }
   for (; j + 8 <= n; j += 8) {
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) block_4x8(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
-    for (; i < m; ++i) block_1x8(k, alpha, a + i * a_row, a_col, b + j, ldb, beta, c + i * ldc + j);
+    for (; i + 4 <= m; i += 4)
+      block_x8<4>(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
+    for (; i < m; ++i) block_x8<1>(k, alpha, a + i * a_row, a_row, a_col, b + j, ldb, beta, c + i * ldc + j, ldc);
   }
 #endif
   if (j < n) tile_detail::scalar_block(m, n - j, k, alpha, a, a_row, a_col, b + j, ldb, beta, c + j, ldc);
