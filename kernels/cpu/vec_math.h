@@ -115,55 +115,68 @@ inline void transpose_8x8(__m256 (&r)[8]) {
 }
 #endif
 
-// erf: the rational approximation Eigen uses for float (odd degree-13 numerator over
-// even degree-8 denominator on [-4, 4], +-1 outside), within 4.2e-7 relative of erf.
-namespace erf_detail {
-inline constexpr float kA1 = -2.72614225801306e-10f, kA3 = 2.77068142495902e-08f, kA5 = -2.10102402082508e-06f,
-                       kA7 = -5.69250639462346e-05f, kA9 = -7.34990630326855e-04f, kA11 = -2.95459980854025e-03f,
-                       kA13 = -1.60960333262415e-02f;
-inline constexpr float kB0 = -1.45660718464996e-05f, kB2 = -2.13374055278905e-04f, kB4 = -1.68282697438203e-03f,
-                       kB6 = -7.37332916720468e-03f, kB8 = -1.42647390514189e-02f;
-}  // namespace erf_detail
+// GELU's Phi(v) = 0.5 erfc(-v / sqrt 2), in the form of Abramowitz & Stegun 7.1.26:
+// erfc(y) ~= t G(t) e^(-y^2), t = 1 / (1 + p y), y = |v| / sqrt 2 >= 0, with A&S's p and our own
+// degree-7 G (a weighted minimax fit in float64 against mpmath's erfc over |v| <= 13.5, beyond
+// which exp(-v^2 / 2) is 0 in float: G within 5e-8 relative for |v| <= 4 and 2.4e-7 beyond;
+// A&S's degree 4 is 1.5e-7 absolute but 2e-2 relative in the tail).
+// e^(-y^2) = exp(-v^2 / 2) is also the exp of gelu'(v) = Phi(v) + v exp(-v^2 / 2) / sqrt(2 pi):
+// one exp per element serves both. Phi(-|v|) = 0.5 t G(t) e^(-y^2) keeps its relative accuracy in
+// the tail, where 0.5 (1 + erf(v / sqrt 2)) cancels (gelu(-5) from a float erf is 10% off, and 0
+// below -5.66); Phi(|v|) = 1 - Phi(-|v|). Measured against float64 (test_vec_math states
+// the bounds it checks).
+namespace phi_detail {
+inline constexpr float kP = 0.3275911f * 0.70710678118654752f;  // A&S's p, times 1 / sqrt 2 (y = |v| / sqrt 2)
+// G's coefficients, halved (exactly): t G(t) / 2 e^(-y^2) is Phi(-|v|) directly.
+inline constexpr float kG0 = 0.5f * 1.850629601e-01f, kG1 = 0.5f * 1.805413589e-01f, kG2 = 0.5f * 2.072568653e-01f,
+                       kG3 = 0.5f * 2.037538608e-02f, kG4 = 0.5f * 4.636822341e-01f, kG5 = 0.5f * -4.180733328e-01f,
+                       kG6 = 0.5f * 5.041596802e-01f, kG7 = 0.5f * -1.430051999e-01f;
+inline constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+}  // namespace phi_detail
 
-inline float fast_erf(float a) {
-  using namespace erf_detail;
-  if (a != a) return a;
-  const float x = std::fmin(std::fmax(a, -4.0f), 4.0f), x2 = x * x;
-  float p = std::fma(x2, kA1, kA3);
-  p = std::fma(p, x2, kA5);
-  p = std::fma(p, x2, kA7);
-  p = std::fma(p, x2, kA9);
-  p = std::fma(p, x2, kA11);
-  p = std::fma(p, x2, kA13);
-  float q = std::fma(x2, kB0, kB2);
-  q = std::fma(q, x2, kB4);
-  q = std::fma(q, x2, kB6);
-  q = std::fma(q, x2, kB8);
-  return (x * p) / q;
+// Phi(v), with *gauss = exp(-v^2 / 2); NaN for a NaN v (gauss then unspecified). One element.
+inline float gelu_phi(float v, float* gauss) {
+  using namespace phi_detail;
+  const float e = fast_exp(-0.5f * (v * v));
+  const float t = 1.0f / std::fma(kP, std::fabs(v), 1.0f);
+  float q = kG7;
+  q = std::fma(q, t, kG6);
+  q = std::fma(q, t, kG5);
+  q = std::fma(q, t, kG4);
+  q = std::fma(q, t, kG3);
+  q = std::fma(q, t, kG2);
+  q = std::fma(q, t, kG1);
+  q = std::fma(q, t, kG0);
+  const float h = q * t;
+  *gauss = e;
+  return v < 0.0f ? h * e : std::fma(-h, e, 1.0f);  // Phi(-|v|) = h e, Phi(|v|) = 1 - h e in one rounding
 }
 
 #if HEED_HAVE_AVX2
-inline __m256 fast_erf8(__m256 a) {
-  using namespace erf_detail;
-  const __m256 is_nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
-  const __m256 x = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(-4.0f)), _mm256_set1_ps(4.0f));
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 p = _mm256_fmadd_ps(x2, _mm256_set1_ps(kA1), _mm256_set1_ps(kA3));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kA5));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kA7));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kA9));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kA11));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kA13));
-  __m256 q = _mm256_fmadd_ps(x2, _mm256_set1_ps(kB0), _mm256_set1_ps(kB2));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(kB4));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(kB6));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(kB8));
-  return _mm256_blendv_ps(_mm256_div_ps(_mm256_mul_ps(x, p), q), a, is_nan);
+// gelu_phi for eight lanes (the same operations per lane, so the same bits).
+inline __m256 gelu_phi8(__m256 v, __m256* gauss) {
+  using namespace phi_detail;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = fast_exp8<true>(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(v, v)));
+  const __m256 t =
+      _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(kP), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), one));
+  __m256 q = _mm256_set1_ps(kG7);
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kG6));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kG5));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kG4));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kG3));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kG2));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kG1));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kG0));
+  const __m256 h = _mm256_mul_ps(q, t);
+  *gauss = e;
+  const __m256 negative = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return _mm256_blendv_ps(_mm256_fnmadd_ps(h, e, one), _mm256_mul_ps(h, e), negative);
 }
 #endif
 
 #if HEED_HAVE_AVX2
-// 16-lane AVX-512 versions of fast_exp8 / fast_erf8 and the GELU loops, for CPUs that have it
+// 16-lane AVX-512 versions of fast_exp8 / gelu_phi8 and the GELU loops, for CPUs that have it
 // (vec_has_avx512f). Each step is the 8-lane step at twice the width (the same operations in
 // the same order, masks for the compares), so every element gets the same bits.
 namespace avx512 {
@@ -202,53 +215,50 @@ HEED_AVX512 inline __m512 fast_exp16(__m512 x) {
   return _mm512_mask_blend_ps(is_nan, result, x);
 }
 
-HEED_AVX512 inline __m512 fast_erf16(__m512 a) {
-  using namespace erf_detail;
-  const __mmask16 is_nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-  const __m512 x = min16(max16(a, _mm512_set1_ps(-4.0f)), _mm512_set1_ps(4.0f));
-  const __m512 x2 = _mm512_mul_ps(x, x);
-  __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(kA1), _mm512_set1_ps(kA3));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kA5));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kA7));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kA9));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kA11));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kA13));
-  __m512 q = _mm512_fmadd_ps(x2, _mm512_set1_ps(kB0), _mm512_set1_ps(kB2));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(kB4));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(kB6));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(kB8));
-  return _mm512_mask_blend_ps(is_nan, _mm512_div_ps(_mm512_mul_ps(x, p), q), a);
-}
-
-// gelu'(v) = Phi(v) + v phi(v) from v and e = erf(v / sqrt 2): the factor the backward
-// multiplies g by (gelu_erf_factor8's steps at twice the width).
-HEED_AVX512 inline __m512 gelu_erf_factor16(__m512 v, __m512 e) {
-  const __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-  const __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.39894228040143268f),
-                                   fast_exp16<true>(_mm512_mul_ps(_mm512_set1_ps(-0.5f), _mm512_mul_ps(v, v))));
-  return _mm512_fmadd_ps(v, pdf, cdf);
+// gelu_phi8 at twice the width.
+HEED_AVX512 inline __m512 gelu_phi16(__m512 v, __m512* gauss) {
+  using namespace phi_detail;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = fast_exp16<true>(_mm512_mul_ps(_mm512_set1_ps(-0.5f), _mm512_mul_ps(v, v)));
+  const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(kP), _mm512_abs_ps(v), one));
+  __m512 q = _mm512_set1_ps(kG7);
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kG6));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kG5));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kG4));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kG3));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kG2));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kG1));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kG0));
+  const __m512 h = _mm512_mul_ps(q, t);
+  *gauss = e;
+  const __mmask16 negative = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+  return _mm512_mask_blend_ps(negative, _mm512_fnmadd_ps(h, e, one), _mm512_mul_ps(h, e));
 }
 
 // The GELU loops over the first n - n % 16 elements; they return how many they did.
 HEED_AVX512 inline int64_t gelu_erf_forward(const float* x, float* out, int64_t n, float* derivative) {
-  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), c = _mm512_set1_ps(0.70710678118654752f);
+  const __m512 inv_sqrt_2pi = _mm512_set1_ps(phi_detail::kInvSqrt2Pi);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 e = fast_erf16(_mm512_mul_ps(v, c));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
-    if (derivative != nullptr) _mm512_storeu_ps(derivative + i, gelu_erf_factor16(v, e));
+    __m512 e;
+    const __m512 phi = gelu_phi16(v, &e);
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(v, phi));
+    if (derivative != nullptr)
+      _mm512_storeu_ps(derivative + i, _mm512_fmadd_ps(v, _mm512_mul_ps(inv_sqrt_2pi, e), phi));
   }
   return i;
 }
 
 HEED_AVX512 inline int64_t gelu_erf_backward(const float* g, const float* x, float* out, int64_t n) {
-  const __m512 c = _mm512_set1_ps(0.70710678118654752f);
+  const __m512 inv_sqrt_2pi = _mm512_set1_ps(phi_detail::kInvSqrt2Pi);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
+    __m512 e;
+    const __m512 phi = gelu_phi16(v, &e);
     _mm512_storeu_ps(out + i,
-                     _mm512_mul_ps(_mm512_loadu_ps(g + i), gelu_erf_factor16(v, fast_erf16(_mm512_mul_ps(v, c)))));
+                     _mm512_mul_ps(_mm512_loadu_ps(g + i), _mm512_fmadd_ps(v, _mm512_mul_ps(inv_sqrt_2pi, e), phi)));
   }
   return i;
 }
@@ -293,63 +303,57 @@ inline bool vec_has_avx512f() {
 #endif
 }
 
-// gelu'(v) = Phi(v) + v phi(v) from v and e = erf(v / sqrt 2), one element and eight: the
-// factor gelu_erf_backward multiplies g by.
-inline float gelu_erf_factor(float v, float e) {
-  const float cdf = 0.5f * (1.0f + e);
-  const float pdf = 0.39894228040143268f * fast_exp(-0.5f * v * v);
-  return std::fma(v, pdf, cdf);
-}
-#if HEED_HAVE_AVX2
-inline __m256 gelu_erf_factor8(__m256 v, __m256 e) {
-  const __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-  const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(0.39894228040143268f),
-                                   fast_exp8<true>(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(v, v))));
-  return _mm256_fmadd_ps(v, pdf, cdf);
-}
-#endif
-
-// GELU with erf, forward: out = 0.5 x (1 + erf(x / sqrt 2)). With a derivative array it also
-// writes derivative = gelu'(x) = Phi(x) + x phi(x), the factor gelu_erf_backward multiplies g by,
-// with the bits of that backward (the same operations per element): g * derivative is its
-// result. For a backward that keeps gelu'(z) instead of z (F::feed_forward), at the cost of one
-// exp per element more in the forward and none in the backward. x and out may be the same array
-// (each element is read before its results are stored).
+// GELU with erf, forward: out = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), Phi from gelu_phi. With a
+// derivative array it also writes derivative = gelu'(x) = Phi(x) + x exp(-x^2 / 2) / sqrt(2 pi),
+// the factor gelu_erf_backward multiplies g by, with the bits of that backward (the same
+// operations per element): g * derivative is its result. For a backward that keeps gelu'(z)
+// instead of z (F::feed_forward); the exp is Phi's own, so the derivative costs a multiply-add.
+// x and out may be the same array (each element is read before its results are stored). The
+// 16-, 8-lane and scalar paths give every element the same bits.
 inline void gelu_erf_forward(const float* x, float* out, int64_t n, float* derivative = nullptr) {
-  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  using phi_detail::kInvSqrt2Pi;
   int64_t i = 0;
 #if HEED_HAVE_AVX2
   if (n >= 16 && vec_has_avx512f()) i = avx512::gelu_erf_forward(x, out, n, derivative);
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(kInvSqrt2);
+  const __m256 inv_sqrt_2pi = _mm256_set1_ps(kInvSqrt2Pi);
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 e = fast_erf8(_mm256_mul_ps(v, c));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
-    if (derivative != nullptr) _mm256_storeu_ps(derivative + i, gelu_erf_factor8(v, e));
+    __m256 e;
+    const __m256 phi = gelu_phi8(v, &e);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(v, phi));
+    if (derivative != nullptr)
+      _mm256_storeu_ps(derivative + i, _mm256_fmadd_ps(v, _mm256_mul_ps(inv_sqrt_2pi, e), phi));
   }
 #endif
   for (; i < n; ++i) {
     const float v = x[i];  // x and out may be one array
-    const float e = fast_erf(v * kInvSqrt2);
-    out[i] = (0.5f * v) * (1.0f + e);
-    if (derivative != nullptr) derivative[i] = gelu_erf_factor(v, e);
+    float e;
+    const float phi = gelu_phi(v, &e);
+    out[i] = v * phi;
+    if (derivative != nullptr) derivative[i] = std::fma(v, kInvSqrt2Pi * e, phi);
   }
 }
 
-// GELU with erf, backward: grad_in = g * (Phi(x) + x phi(x)).
+// GELU with erf, backward: grad_in = g * (Phi(x) + x exp(-x^2 / 2) / sqrt(2 pi)).
 inline void gelu_erf_backward(const float* g, const float* x, float* out, int64_t n) {
-  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  using phi_detail::kInvSqrt2Pi;
   int64_t i = 0;
 #if HEED_HAVE_AVX2
-  const __m256 c = _mm256_set1_ps(kInvSqrt2);
   if (n >= 16 && vec_has_avx512f()) i = avx512::gelu_erf_backward(g, x, out, n);
+  const __m256 inv_sqrt_2pi = _mm256_set1_ps(kInvSqrt2Pi);
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
+    __m256 e;
+    const __m256 phi = gelu_phi8(v, &e);
     _mm256_storeu_ps(out + i,
-                     _mm256_mul_ps(_mm256_loadu_ps(g + i), gelu_erf_factor8(v, fast_erf8(_mm256_mul_ps(v, c)))));
+                     _mm256_mul_ps(_mm256_loadu_ps(g + i), _mm256_fmadd_ps(v, _mm256_mul_ps(inv_sqrt_2pi, e), phi)));
   }
 #endif
-  for (; i < n; ++i) out[i] = g[i] * gelu_erf_factor(x[i], fast_erf(x[i] * kInvSqrt2));
+  for (; i < n; ++i) {
+    float e;
+    const float phi = gelu_phi(x[i], &e);
+    out[i] = g[i] * std::fma(x[i], kInvSqrt2Pi * e, phi);
+  }
 }
 
 // out[i] = exp(in[i] - shift) for n floats (in and out may alias).
