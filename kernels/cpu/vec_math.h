@@ -117,8 +117,8 @@ inline void transpose_8x8(__m256 (&r)[8]) {
 
 // GELU's Phi(v) = 0.5 erfc(-v / sqrt 2), in the form of Abramowitz & Stegun 7.1.26:
 // erfc(y) ~= t G(t) e^(-y^2), t = 1 / (1 + p y), y = |v| / sqrt 2 >= 0, with A&S's p and our own
-// degree-7 G (a weighted minimax fit in float64 against mpmath's erfc over |v| <= 13.5, beyond
-// which exp(-v^2 / 2) is 0 in float: G within 5e-8 relative for |v| <= 4 and 2.4e-7 beyond;
+// degree-7 G (tools/fit_gelu_phi.py: a weighted minimax fit against mpmath's erfc over
+// |v| <= 13.5, beyond which exp(-v^2 / 2) is 0 in float: G within 5e-8 relative for |v| <= 4, 2.4e-7 beyond;
 // A&S's degree 4 is 1.5e-7 absolute but 2e-2 relative in the tail).
 // e^(-y^2) = exp(-v^2 / 2) is also the exp of gelu'(v) = Phi(v) + v exp(-v^2 / 2) / sqrt(2 pi):
 // one exp per element serves both. Phi(-|v|) = 0.5 t G(t) e^(-y^2) keeps its relative accuracy in
