@@ -460,8 +460,17 @@ void tile_rows_256(int64_t kc, const float* pa, const float* pb, float* c, int64
   __m256 acc[R][2];
 #pragma GCC unroll 6
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  if (prefetch[0].rows == nullptr && prefetch[1].rows == nullptr) {  // nothing to prefetch: the plain loop
-    for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_256<R>(acc, pa, pb);
+  if (prefetch[0].rows == nullptr && prefetch[1].rows == nullptr) {  // nothing to prefetch
+    // A packed panel and sliver (what every AVX2 product reads): strides known at compile time,
+    // so eight steps share one loop counter and address by displacement. With the strides as
+    // variables, each step also advanced two pointers and tested the counter, and the products
+    // ran 6-13% slower (charlm's step 5%; stop 49). The same steps in the same order: the same bits.
+    if (a_step == kMr256 && ldpb == kNr256) {
+#pragma GCC unroll 8
+      for (int64_t p = 0; p < kc; ++p) step_256<R>(acc, pa + p * kMr256, pb + p * kNr256);
+    } else {
+      for (int64_t p = 0; p < kc; ++p, pa += a_step, pb += ldpb) step_256<R>(acc, pa, pb);
+    }
   } else {
     Prefetcher prefetcher(prefetch);
     for (int64_t p0 = 0; p0 < kc; p0 += kPrefetchChunk) {
