@@ -66,6 +66,43 @@ std::atomic<int>& tile_products_setting() {
   return setting;
 }
 
+// exp(in - shift) (and its sum) where shift is at least every in[i], as a row maximum or lse is:
+// float through exp_shifted's kNonPositive loops (the same bits, fewer steps).
+template <typename T>
+inline T exp_below_sum(const T* in, T* out, int64_t n, T shift) {
+  if constexpr (std::is_same_v<T, float>)
+    return exp_shifted_sum<true>(in, out, n, shift);
+  else
+    return exp_shifted_sum(in, out, n, shift);
+}
+template <typename T>
+inline void exp_below(const T* in, T* out, int64_t n, T shift) {
+  if constexpr (std::is_same_v<T, float>)
+    exp_shifted<true>(in, out, n, shift);
+  else
+    exp_shifted(in, out, n, shift);
+}
+
+// The sum over c of x[c] * y[c] in lane_fma_sum's lanes and order (lane k takes c = k mod 8 with
+// fused multiply-adds, the tail goes to lane 0, lane_tree adds the lanes): the same bits, with
+// float's eight lanes in one ymm register (GCC leaves lane_fma_sum's float loop scalar).
+template <typename T>
+inline T row_dot(const T* x, const T* y, int64_t n) {
+#if HEED_HAVE_AVX2
+  if constexpr (std::is_same_v<T, float>) {
+    static_assert(kSumLanes == 8);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(y + c), acc);
+    float lanes[kSumLanes];
+    _mm256_storeu_ps(lanes, acc);
+    for (; c < n; ++c) lanes[0] = std::fma(x[c], y[c], lanes[0]);
+    return lane_tree(lanes);
+  }
+#endif
+  return lane_fma_sum<T>(n, [&](int64_t c) { return std::pair{x[c], y[c]}; });
+}
+
 // out (cols x rows, row-major) = the transpose of src (rows x cols, rows ld apart): 8 x 8 blocks
 // through ymm registers (transpose_8x8), the edges one element at a time.
 inline void transpose(const float* src, int64_t ld, int64_t rows, int64_t cols, float* out) {
@@ -354,23 +391,37 @@ void forward_typed(const FlashAttentionArgs& args) {
         const TransposedOperand<T> keys(pr.products, k + j0 * pr.k.seq, pr.k.seq, cols, pr.D, b_transposed);
         group_products(groups, keys, scale, q, pr.q.seq, s_tile.data());
         if (groups.masked) pr.mask_tile(s_tile.data(), kBlockK, b, h, i0, i1, j0, j1);
-        for (const RowGroup& x : groups) {  // P over the group's columns (the others are never read)
+        // P over each group's columns (the others are never read), in three passes over its rows
+        // (maxima, exps, then the running statistics): each row's steps wait on one another
+        // (max, exp, sum, the next row), rows do not, so the passes let rows overlap.
+        T block_max[kBlockQ], block_sum[kBlockQ];
+        for (const RowGroup& x : groups) {
           const int64_t width = x.c_hi - x.c_lo;
           if (width == 0) continue;  // no column visible to these rows: m, l and acc unchanged
+          for (int64_t r = x.r0; r < x.r1; ++r)
+            block_max[r] = std::max(m[r], row_max(s_tile.data() + r * kBlockK + x.c_lo, width));
           for (int64_t r = x.r0; r < x.r1; ++r) {
             T* srow = s_tile.data() + r * kBlockK + x.c_lo;
-            const T new_max = std::max(m[r], row_max(srow, width));
-            if (new_max == -std::numeric_limits<T>::infinity()) {  // nothing visible yet
+            if (block_max[r] == -std::numeric_limits<T>::infinity()) {  // nothing visible yet
               for (int64_t c = 0; c < width; ++c) srow[c] = T(0);
               continue;
             }
-            const T correction = m[r] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[r] - new_max);
-            l[r] = l[r] * correction + exp_shifted_sum(srow, srow, width, new_max);
-            m[r] = new_max;
-            if (correction != T(1)) {
-              T* arow = acc.data() + r * pr.Dv;
-              for (int64_t c = 0; c < pr.Dv; ++c) arow[c] *= correction;
+            block_sum[r] = exp_below_sum(srow, srow, width, block_max[r]);
+          }
+          for (int64_t r = x.r0; r < x.r1; ++r) {
+            const T new_max = block_max[r];
+            if (new_max == -std::numeric_limits<T>::infinity()) continue;
+            if (m[r] == -std::numeric_limits<T>::infinity()) {  // the row's first visible block: acc is 0
+              l[r] = block_sum[r];
+            } else {
+              const T correction = std::exp(m[r] - new_max);
+              l[r] = std::fma(l[r], correction, block_sum[r]);  // one rounding, whatever a compiler contracts
+              if (correction != T(1)) {
+                T* arow = acc.data() + r * pr.Dv;
+                for (int64_t c = 0; c < pr.Dv; ++c) arow[c] *= correction;
+              }
             }
+            m[r] = new_max;
           }
         }
         const T* p = s_tile.data();
@@ -449,7 +500,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
       if (lse == -std::numeric_limits<T>::infinity()) {
         std::fill(prow + x.c_lo, prow + x.c_hi, T(0));
       } else {
-        exp_shifted(prow + x.c_lo, prow + x.c_lo, x.c_hi - x.c_lo, lse);
+        exp_below(prow + x.c_lo, prow + x.c_lo, x.c_hi - x.c_lo, lse);  // s <= m <= lse
       }
     }
   }
@@ -520,8 +571,8 @@ void backward_typed(const FlashAttentionArgs& args) {
       const int64_t bh = row / pr.T_, i = row % pr.T_;
       const T* o = t.O + Problem<T>::at(pr.o, bh / pr.H, bh % pr.H, i);
       const T* g = t.dO + Problem<T>::at(pr.go, bh / pr.H, bh % pr.H, i);
-      // rowsum(dO * O) in lanes (lane_fma_sum): one running sum was a chain of dependent adds.
-      t.delta[static_cast<size_t>(row)] = lane_fma_sum<T>(pr.Dv, [&](int64_t c) { return std::pair{o[c], g[c]}; });
+      // rowsum(dO * O) in lanes (row_dot): one running sum was a chain of dependent adds.
+      t.delta[static_cast<size_t>(row)] = row_dot(o, g, pr.Dv);
     }
   });
   // Zeroes rows [r0, r1) of pair bh's block of a gradient (the buffers may be strided views of a

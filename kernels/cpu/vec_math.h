@@ -56,15 +56,16 @@ inline float fast_exp(float x) {
 }
 
 #if HEED_HAVE_AVX2
-// kNonPositive: for callers whose x is <= 0 or NaN and who need no particular value for a NaN
-// (gelu'(v) = Phi(v) + v phi(v) takes exp(-v^2 / 2) and is NaN through v anyway): skips the
-// clamp at kHigh and the two blends that only x > kHigh and NaN need, the same bits for every
-// x <= 0 (test_vec_math); GELU with its derivative ran 15% faster on a Zen 3.
+// kNonPositive: for callers whose x is <= 0 or NaN (gelu'(v) = Phi(v) + v phi(v) takes
+// exp(-v^2 / 2); a softmax takes exp(x - max)): skips the clamp at kHigh and the two blends
+// that only x > kHigh and NaN need, the same bits for every x <= 0 (test_vec_math); GELU with
+// its derivative ran 15% faster on a Zen 3. A NaN still gives NaN: the clamp at kLow is
+// max(kLow, x), which passes a NaN x through (vmaxps returns its second operand then).
 template <bool kNonPositive = false>
 inline __m256 fast_exp8(__m256 x) {
   using namespace exp_detail;
   const __m256 too_low = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
-  __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(kLow));
+  __m256 xc = _mm256_max_ps(_mm256_set1_ps(kLow), x);  // NaN stays NaN (see above)
   if constexpr (!kNonPositive) xc = _mm256_min_ps(xc, _mm256_set1_ps(kHigh));
   const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(kLog2e), _mm256_set1_ps(0.5f)));
   __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), xc);
@@ -197,7 +198,7 @@ template <bool kNonPositive = false>  // as fast_exp8's
 HEED_AVX512 inline __m512 fast_exp16(__m512 x) {
   using namespace exp_detail;
   const __mmask16 too_low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLow), _CMP_LT_OQ);
-  __m512 xc = max16(x, _mm512_set1_ps(kLow));
+  __m512 xc = max16(_mm512_set1_ps(kLow), x);  // NaN stays NaN (as fast_exp8)
   if constexpr (!kNonPositive) xc = min16(xc, _mm512_set1_ps(kHigh));
   const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_fmadd_ps(xc, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f)),
                                               _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -269,20 +270,23 @@ HEED_AVX512 inline int64_t gelu_erf_backward(const float* g, const float* x, flo
   return i;
 }
 // exp(in - shift) over the first n - n % 16 elements (exp_shifted's 16-lane loop).
+template <bool kNonPositive>
 HEED_AVX512 inline int64_t exp_shifted(const float* in, float* out, int64_t n, float shift) {
   const __m512 s = _mm512_set1_ps(shift);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, fast_exp16(_mm512_sub_ps(_mm512_loadu_ps(in + i), s)));
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, fast_exp16<kNonPositive>(_mm512_sub_ps(_mm512_loadu_ps(in + i), s)));
   return i;
 }
 // exp_shifted, each 16 results also added to the 8-lane running sum `partial` as two 8-lane adds
 // (the low half, then the high half): the 8-lane loop's order of additions, so its bits.
+template <bool kNonPositive>
 HEED_AVX512 inline int64_t exp_shifted_sum(const float* in, float* out, int64_t n, float shift, __m256* partial) {
   const __m512 s = _mm512_set1_ps(shift);
   __m256 sum = *partial;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 e = fast_exp16(_mm512_sub_ps(_mm512_loadu_ps(in + i), s));
+    const __m512 e = fast_exp16<kNonPositive>(_mm512_sub_ps(_mm512_loadu_ps(in + i), s));
     _mm512_storeu_ps(out + i, e);
     sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(e), 0)));
     sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(e), 1)));
@@ -356,13 +360,16 @@ inline void gelu_erf_backward(const float* g, const float* x, float* out, int64_
   }
 }
 
-// out[i] = exp(in[i] - shift) for n floats (in and out may alias).
+// out[i] = exp(in[i] - shift) for n floats (in and out may alias). kNonPositive (fast_exp8's) for
+// callers whose in[i] - shift is <= 0 or NaN, as where shift is at least every in[i]: the same bits.
+template <bool kNonPositive = false>
 inline void exp_shifted(const float* in, float* out, int64_t n, float shift) {
   int64_t i = 0;
 #if HEED_HAVE_AVX2
-  if (n >= 16 && vec_has_avx512f()) i = avx512::exp_shifted(in, out, n, shift);
+  if (n >= 16 && vec_has_avx512f()) i = avx512::exp_shifted<kNonPositive>(in, out, n, shift);
   const __m256 s = _mm256_set1_ps(shift);
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, fast_exp8(_mm256_sub_ps(_mm256_loadu_ps(in + i), s)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, fast_exp8<kNonPositive>(_mm256_sub_ps(_mm256_loadu_ps(in + i), s)));
 #endif
   for (; i < n; ++i) out[i] = fast_exp(in[i] - shift);
 }
@@ -398,7 +405,8 @@ inline double row_max(const double* x, int64_t n) {
 
 // out[i] = exp(in[i] - shift) as exp_shifted, and returns their sum (in 8 lane-wise partial
 // sums, then the lanes in order and the tail: a fixed order for a given n; the 16-lane loop adds
-// in that same order).
+// in that same order). kNonPositive as exp_shifted's.
+template <bool kNonPositive = false>
 inline float exp_shifted_sum(const float* in, float* out, int64_t n, float shift) {
   int64_t i = 0;
   float sum = 0.0f;
@@ -406,9 +414,9 @@ inline float exp_shifted_sum(const float* in, float* out, int64_t n, float shift
   if (n >= 8) {
     const __m256 s = _mm256_set1_ps(shift);
     __m256 partial = _mm256_setzero_ps();
-    if (n >= 16 && vec_has_avx512f()) i = avx512::exp_shifted_sum(in, out, n, shift, &partial);
+    if (n >= 16 && vec_has_avx512f()) i = avx512::exp_shifted_sum<kNonPositive>(in, out, n, shift, &partial);
     for (; i + 8 <= n; i += 8) {
-      const __m256 e = fast_exp8(_mm256_sub_ps(_mm256_loadu_ps(in + i), s));
+      const __m256 e = fast_exp8<kNonPositive>(_mm256_sub_ps(_mm256_loadu_ps(in + i), s));
       _mm256_storeu_ps(out + i, e);
       partial = _mm256_add_ps(partial, e);
     }
