@@ -225,6 +225,12 @@ using LayerNormBackwardFn = void (*)(DType dtype, const void* x, const void* wei
 // on the attention weights uses philox_uniform(seed, offset + ((b*H + h)*T + i)*S + j) >= p,
 // the same mask F::dropout draws for a (B,H,T,S) tensor. A fully masked row gives output 0
 // and lse -inf. dtype float32 or float64.
+// Kept probabilities (probs, optional, CPU kernel): with at most kFlashKeptProbsMaxKeys keys (one
+// key block, so each row's softmax is final after it), forward also writes P = softmax(scores)
+// before dropout, contiguous (B,H,T,S) with 0 wherever a mask hides a key, at most as many values
+// per query row as a 64-wide output row; backward then reads P instead of recomputing the scores
+// and their exps. Null: backward recomputes P from lse (the only choice for more keys).
+inline constexpr int64_t kFlashKeptProbsMaxKeys = 64;
 // Element strides of a (B, H, L, D) operand whose last dim is contiguous; all zero means
 // the contiguous layout (H*L*D, L*D, D).
 struct AttentionLayout {
@@ -245,8 +251,9 @@ struct FlashAttentionArgs {
   double dropout_p = 0.0;
   PhiloxState dropout_state;
   // forward outputs / backward inputs
-  void* out = nullptr;  // (B,H,T,Dv)
-  void* lse = nullptr;  // (B,H,T)
+  void* out = nullptr;    // (B,H,T,Dv)
+  void* lse = nullptr;    // (B,H,T)
+  void* probs = nullptr;  // (B,H,T,S) contiguous, S <= kFlashKeptProbsMaxKeys, or null (see above)
   // backward only
   const void* grad_out = nullptr;  // (B,H,T,Dv)
   void* grad_q = nullptr;          // written (not accumulated)

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -113,6 +114,18 @@ std::vector<Case> cases() {
   keep_rows = mul(keep_rows.to(kFloat64), gt(rand({2, 1, 100, 1}), scalar_tensor(0.1)).to(kFloat64));
   keep_causal.keep = gt(keep_rows, scalar_tensor(0.5));
   out.push_back({"keep + causal, T = 100, S = 130, dropout", 2, 2, 100, 130, 8, 8, keep_causal, 0.1});
+  // At most 64 keys (one key block): backward reads forward's kept probabilities (F::flash_attention
+  // keeps them on the CPU). charlm's shape (T = S = 64, head dim 32) on the one-pass and the
+  // two-pass backward, dropout, an empty row, T > S over several query blocks, element masks.
+  F::AttentionMask short_lengths, short_keep;
+  short_lengths.key_lengths = tensor({0, 25}, kInt64);
+  short_keep.keep = gt(rand({2, 1, 40, 50}), scalar_tensor(0.3));
+  short_keep.additive = randn({40, 50}, kFloat64);
+  out.push_back({"kept P: causal, T = S = 64, 8 pairs", 2, 4, 64, 64, 32, 32, causal, 0.0});
+  out.push_back({"kept P: causal, T = S = 64, 2 pairs, dropout", 1, 2, 64, 64, 16, 16, causal, 0.2});
+  out.push_back({"kept P: key lengths (one row empty), S = 40", 2, 2, 33, 40, 8, 8, short_lengths, 0.0});
+  out.push_back({"kept P: window, T = 130 > S = 30", 1, 2, 130, 30, 8, 8, window_only, 0.0});
+  out.push_back({"kept P: keep + additive, S = 50", 2, 2, 40, 50, 8, 8, short_keep, 0.0});
   return out;
 }
 
@@ -323,6 +336,126 @@ TEST_CASE("flash attention memory is linear in the sequence length") {
   CHECK(peak_added < one_matrix / 4);
 }
 
+namespace {
+
+// The CPU kernel run directly on contiguous (B, H, L, D) operands, forward keeping P or not.
+struct KernelRun {
+  std::vector<double> out, lse, probs, dq, dk, dv;
+};
+template <typename T>
+KernelRun run_kernel(const kernels::FlashAttentionArgs& base, bool keep, uint64_t seed) {
+  const int64_t B = base.batch, H = base.heads, T_ = base.queries, S = base.keys, D = base.head_dim,
+                Dv = base.value_dim;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  auto filled = [&](int64_t n) {
+    std::vector<T> x(static_cast<size_t>(n));
+    for (T& e : x) e = static_cast<T>(normal(rng));
+    return x;
+  };
+  const std::vector<T> q = filled(B * H * T_ * D), k = filled(B * H * S * D), v = filled(B * H * S * Dv),
+                       g = filled(B * H * T_ * Dv);
+  std::vector<T> out(g.size()), lse(static_cast<size_t>(B * H * T_)), probs(keep ? B * H * T_ * S : 0);
+  std::vector<T> dq(q.size()), dk(k.size()), dv(v.size());
+  kernels::FlashAttentionArgs a = base;
+  a.dtype = std::is_same_v<T, float> ? kFloat32 : kFloat64;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.out = out.data();
+  a.lse = lse.data();
+  a.probs = keep ? probs.data() : nullptr;
+  a.grad_out = g.data();
+  a.grad_q = dq.data();
+  a.grad_k = dk.data();
+  a.grad_v = dv.data();
+  kernels::cpu::kernel_table().flash_attention_forward(a);
+  kernels::cpu::kernel_table().flash_attention_backward(a);
+  auto wide = [](const std::vector<T>& x) { return std::vector<double>(x.begin(), x.end()); };
+  return {wide(out), wide(lse), wide(probs), wide(dq), wide(dk), wide(dv)};
+}
+
+double worst_gap(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("flash attention backward from forward's kept probabilities matches the recomputing backward") {
+  struct KernelCase {
+    const char* name;
+    int64_t B, H, T, S, D;
+    bool causal;
+    int64_t window;
+    double dropout;
+    std::vector<int64_t> key_lengths;
+  };
+  const std::vector<KernelCase> kernel_cases = {
+      {"charlm's shape: causal, T = S = 64, D = 32, 48 pairs", 12, 4, 64, 64, 32, true, -1, 0.0, {}},
+      {"causal, 2 pairs (two-pass backward), dropout", 1, 2, 64, 64, 16, true, -1, 0.25, {}},
+      {"no mask, T = 70 > S = 45, ragged head dim", 2, 4, 70, 45, 13, false, -1, 0.0, {}},
+      {"window 5 with key lengths, one row empty", 2, 4, 40, 40, 8, false, 5, 0.0, {0, 31}},
+  };
+  for (const KernelCase& c : kernel_cases) {
+    CAPTURE(c.name);
+    kernels::FlashAttentionArgs a;
+    a.batch = c.B;
+    a.heads = c.H;
+    a.queries = c.T;
+    a.keys = c.S;
+    a.head_dim = a.value_dim = c.D;
+    a.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+    a.causal = c.causal;
+    a.window = c.window;
+    a.key_lengths = c.key_lengths.empty() ? nullptr : c.key_lengths.data();
+    a.dropout_p = c.dropout;
+    a.dropout_state = {77, 5};
+    for (bool float64 : {true, false}) {
+      CAPTURE(float64);
+      const KernelRun kept = float64 ? run_kernel<double>(a, true, 9) : run_kernel<float>(a, true, 9);
+      const KernelRun recomputed = float64 ? run_kernel<double>(a, false, 9) : run_kernel<float>(a, false, 9);
+      // Forward is the same computation either way; only where backward takes P from differs.
+      CHECK(kept.out == recomputed.out);
+      CHECK(kept.lse == recomputed.lse);
+      const double tol = float64 ? 1e-13 : 2e-6;
+      CHECK(worst_gap(kept.dq, recomputed.dq) < tol);
+      CHECK(worst_gap(kept.dk, recomputed.dk) < tol);
+      CHECK(worst_gap(kept.dv, recomputed.dv) < tol);
+      // P is a softmax: each row sums to 1 over the keys it sees (0 where it sees none), with 0
+      // on every key a mask hides, and exp(score - lse) elsewhere.
+      const int64_t S = c.S;
+      int64_t rows_checked = 0;
+      for (int64_t row = 0; row < c.B * c.H * c.T; ++row) {
+        const int64_t b = row / (c.H * c.T), i = row % c.T, pos = i + c.S - c.T;
+        const int64_t limit = c.key_lengths.empty() ? S : c.key_lengths[static_cast<size_t>(b)];
+        double total = 0;
+        bool hidden_zero = true;
+        for (int64_t j = 0; j < S; ++j) {
+          const double p = kept.probs[static_cast<size_t>(row * S + j)];
+          bool visible = j < limit && (!c.causal || j <= pos);
+          if (c.window >= 0) visible = visible && j >= pos - c.window && j <= pos + c.window;
+          if (!visible) hidden_zero = hidden_zero && p == 0.0;
+          total += p;
+        }
+        CHECK(hidden_zero);
+        const bool empty = std::isinf(kept.lse[static_cast<size_t>(row)]);
+        CHECK(std::fabs(total - (empty ? 0.0 : 1.0)) < (float64 ? 1e-13 : 1e-5));
+        ++rows_checked;
+      }
+      CHECK(rows_checked == c.B * c.H * c.T);
+    }
+  }
+  // More keys than one block: the kernel refuses to keep probabilities (the caller never asks).
+  kernels::FlashAttentionArgs too_many;
+  too_many.batch = too_many.heads = 1;
+  too_many.queries = 4;
+  too_many.keys = kernels::kFlashKeptProbsMaxKeys + 1;
+  too_many.head_dim = too_many.value_dim = 8;
+  CHECK_THROWS_AS(run_kernel<float>(too_many, true, 1), Error);
+}
+
 TEST_CASE("flash attention rejects bad input") {
   const Tensor q = randn({2, 2, 4, 8}), k = randn({2, 2, 5, 8}), v = randn({2, 2, 5, 8});
   CHECK_THROWS_AS(F::flash_attention(q, randn({2, 3, 5, 8}), v), Error);  // head count mismatch
@@ -342,6 +475,17 @@ TEST_CASE("flash attention rejects bad input") {
     F::flash_attention(q, randn({2, 3, 5, 8}), v);
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("flash_attention") != std::string::npos);
+  }
+}
+
+TEST_CASE("flash_attention_packed gradients pass gradcheck (backward from forward's kept probabilities)") {
+  manual_seed(22);
+  const Tensor qkv = randn({2, 7, 3 * 2 * 3}, kFloat64).requires_grad_();  // B 2, T 7, 2 heads of 3
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    auto result = gradcheck(
+        [&](const std::vector<Tensor>& in) { return F::flash_attention_packed(in[0], 2, {.causal = causal}); }, {qkv});
+    CHECK_MESSAGE(result.passed, result.message);
   }
 }
 

@@ -2,12 +2,16 @@
 //
 // Forward: for each (batch, head, block of kBlockQ queries), an online softmax over blocks of
 // kBlockK keys: S = scale * Q K^T, masks, running max m and sum l, acc = acc * e^(m_old - m)
-// + P V. Only lse = m + log l per row is stored for backward, never the T x S matrix.
+// + P V. Only lse = m + log l per row is stored for backward, never the T x S matrix (except
+// P itself where S <= 64, below).
 // The float32 tile products run in registers (tile_gemm.h, AVX-512 where the CPU has it) on
 // every CPU with AVX2, or through BLAS (flash_attention_tile_products, HEED_ATTENTION_TILES);
 // float64 always through BLAS.
 // Backward recomputes P = exp(S - lse) block by block: dV += P^T dO, dP = dO V^T,
-// dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q.
+// dS = P (dP - rowsum(dO * O)), dQ += scale dS K, dK += scale dS^T Q. With at most one key
+// block (S <= 64) the caller may pass FlashAttentionArgs::probs: forward then also writes P
+// (at most 64 values per query row, like a 64-wide output row) and backward reads it instead of
+// recomputing the scores and their exps (keep_probabilities).
 // Invariants:
 //  * Blocks that causal/window/key-length masks exclude entirely are skipped; inside a block,
 //    each group of 32 query rows skips the key columns those masks hide from all its rows
@@ -357,6 +361,24 @@ struct Problem {
   }
 };
 
+// Writes the rows of P = softmax(scores) that backward reads instead of recomputing them
+// (FlashAttentionArgs::probs), for a problem with a single key block [j0, j1) (so l is final
+// after it): row r of `kept` (S wide) is exps * (1 / l) over its group's columns, the inverse
+// the output row is scaled by, and 0 on every other column (as backward_tile's recomputed P).
+template <typename T>
+void keep_probabilities(const RowGroups& groups, const T* exps, const T* l, int64_t j0, int64_t S, T* kept) {
+  for (const RowGroup& x : groups)
+    for (int64_t r = x.r0; r < x.r1; ++r) {
+      T* out = kept + r * S;
+      const T* in = exps + r * kBlockK;
+      const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
+      const int64_t c0 = j0 + x.c_lo, c1 = j0 + x.c_hi;
+      std::fill(out, out + c0, T(0));
+      for (int64_t c = x.c_lo; c < x.c_hi; ++c) out[j0 + c] = in[c] * inv;
+      std::fill(out + c1, out + S, T(0));
+    }
+}
+
 template <typename T>
 void forward_typed(const FlashAttentionArgs& args) {
   const Problem<T> pr(args);
@@ -367,6 +389,10 @@ void forward_typed(const FlashAttentionArgs& args) {
   const T* V = static_cast<const T*>(args.v);
   T* O = static_cast<T*>(args.out);
   T* LSE = static_cast<T*>(args.lse);
+  T* kept = static_cast<T*>(args.probs);  // (B,H,T,S) or null: kept_probabilities
+  if (kept != nullptr && pr.S > kBlockK)
+    fail("flash_attention_forward", "keeps probabilities for at most {} keys (one key block), got {} keys", kBlockK,
+         pr.S);
   const int64_t q_blocks = (pr.T_ + kBlockQ - 1) / kBlockQ;
   const T scale = static_cast<T>(args.scale);
   const bool dropout = args.dropout_p > 0.0;
@@ -384,6 +410,9 @@ void forward_typed(const FlashAttentionArgs& args) {
       std::fill(l.begin(), l.end(), T(0));
       int64_t lo, hi;
       pr.key_range(b, i0, i1, &lo, &hi);
+      T* kept_rows = kept != nullptr ? kept + (bh * pr.T_ + i0) * pr.S : nullptr;  // rows ld S apart
+      if (kept_rows != nullptr && hi <= lo)  // no key visible to the block (no key block below)
+        std::fill(kept_rows, kept_rows + rows * pr.S, T(0));
       for (int64_t j0 = lo - lo % kBlockK; j0 < hi; j0 += kBlockK) {
         const int64_t j1 = std::min(hi, j0 + kBlockK), cols = j1 - j0;
         // S = scale q k^T for each row group's columns; mask_tile sets every other score to -inf.
@@ -424,6 +453,7 @@ void forward_typed(const FlashAttentionArgs& args) {
             m[r] = new_max;
           }
         }
+        if (kept_rows != nullptr) keep_probabilities(groups, s_tile.data(), l.data(), j0, pr.S, kept_rows);
         const T* p = s_tile.data();
         if (dropout) {
           std::copy(s_tile.begin(), s_tile.end(), p_drop.begin());
@@ -451,7 +481,8 @@ template <typename T>
 struct BackwardTensors {
   const T *Q, *K, *V, *O, *dO, *LSE;
   T *dQ, *dK, *dV;
-  std::vector<T> delta;  // rowsum(dO * O), (B*H*T)
+  std::vector<T> delta;     // rowsum(dO * O), (B*H*T)
+  const T* kept = nullptr;  // forward's P (FlashAttentionArgs::probs, one key block) or null
 };
 
 // Scratch of one thread's backward tiles: P, dP / dS, P after dropout, and the transposed key and
@@ -465,13 +496,15 @@ struct TileScratch {
 // The key and value blocks [j0, j1) of pair bh as TransposedOperands, in s's scratch: the key
 // block tasks (one-pass backward, and the dK/dV pass of the two-pass one) make it once per key
 // block for every query block's tile (backward_tile); the dQ pass still makes it once per tile.
+// With forward's P kept, the scores are not recomputed and the keys are not transposed (an
+// empty operand that no product reads).
 template <typename T>
 struct KeyValueBlock {
   TransposedOperand<T> keys, values;
   KeyValueBlock(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh, int64_t j0, int64_t j1,
                 TileScratch<T>& s)
-      : keys(pr.products, t.K + Problem<T>::at(pr.k, bh / pr.H, bh % pr.H, j0), pr.k.seq, j1 - j0, pr.D,
-             s.transposed_k),
+      : keys(pr.products, t.K + Problem<T>::at(pr.k, bh / pr.H, bh % pr.H, j0), pr.k.seq,
+             t.kept != nullptr ? 0 : j1 - j0, pr.D, s.transposed_k),
         values(pr.products, t.V + Problem<T>::at(pr.v, bh / pr.H, bh % pr.H, j0), pr.v.seq, j1 - j0, pr.Dv,
                s.transposed_v) {}
 };
@@ -487,28 +520,38 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   const T* q = t.Q + Problem<T>::at(pr.q, b, h, i0);
   const T* k = t.K + Problem<T>::at(pr.k, b, h, j0);
   const T* dout = t.dO + Problem<T>::at(pr.go, b, h, i0);
-  // P = exp(scale q k^T (+ masks) - lse) over each row group's columns, 0 on the others
   const RowGroups groups = pr.row_groups(b, i0, i1, j0, j1);
-  group_products(groups, kv.keys, scale, q, pr.q.seq, s.p.data());
-  if (groups.masked) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
-  for (const RowGroup& x : groups) {
-    for (int64_t r = x.r0; r < x.r1; ++r) {
-      T* prow = s.p.data() + r * kBlockK;
-      const T lse = t.LSE[bh * pr.T_ + i0 + r];
-      std::fill(prow, prow + x.c_lo, T(0));
-      std::fill(prow + x.c_hi, prow + cols, T(0));
-      if (lse == -std::numeric_limits<T>::infinity()) {
-        std::fill(prow + x.c_lo, prow + x.c_hi, T(0));
-      } else {
-        exp_below(prow + x.c_lo, prow + x.c_lo, x.c_hi - x.c_lo, lse);  // s <= m <= lse
+  // P over each row group's columns, 0 on the others (rows ldp apart): forward's (kept: the only
+  // key block, j0 = 0), or exp(scale q k^T (+ masks) - lse) recomputed into s.p.
+  const T* p = s.p.data();
+  int64_t ldp = kBlockK;
+  if (t.kept != nullptr) {
+    p = t.kept + (bh * pr.T_ + i0) * pr.S;
+    ldp = pr.S;
+  } else {
+    group_products(groups, kv.keys, scale, q, pr.q.seq, s.p.data());
+    if (groups.masked) pr.mask_tile(s.p.data(), kBlockK, b, h, i0, i1, j0, j1);
+    for (const RowGroup& x : groups) {
+      for (int64_t r = x.r0; r < x.r1; ++r) {
+        T* prow = s.p.data() + r * kBlockK;
+        const T lse = t.LSE[bh * pr.T_ + i0 + r];
+        std::fill(prow, prow + x.c_lo, T(0));
+        std::fill(prow + x.c_hi, prow + cols, T(0));
+        if (lse == -std::numeric_limits<T>::infinity()) {
+          std::fill(prow + x.c_lo, prow + x.c_hi, T(0));
+        } else {
+          exp_below(prow + x.c_lo, prow + x.c_lo, x.c_hi - x.c_lo, lse);  // s <= m <= lse
+        }
       }
     }
   }
-  const T* p_used = s.p.data();
+  const T* p_used = p;  // P after dropout, rows ld_used apart
+  int64_t ld_used = ldp;
   if (dropout) {
-    std::copy(s.p.begin(), s.p.end(), s.pd.begin());
+    for (int64_t r = 0; r < i1 - i0; ++r) std::copy(p + r * ldp, p + r * ldp + cols, s.pd.data() + r * kBlockK);
     pr.dropout_tile(s.pd.data(), kBlockK, b, h, i0, i1, j0, j1);
     p_used = s.pd.data();
+    ld_used = kBlockK;
   }
   // The products over the tile's rows (dV, dK) run per block of kGroupRows keys when the tile has
   // several row groups, each over the rows that can see it (P and dS are 0 on the others); one
@@ -524,7 +567,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
   };
   if (dv)
     for_key_blocks([&](int64_t c0, int64_t c1, int64_t r_lo, int64_t r_hi) {
-      gemm<T>(pr.products, true, c1 - c0, pr.Dv, r_hi - r_lo, T(1), p_used + r_lo * kBlockK + c0, kBlockK,
+      gemm<T>(pr.products, true, c1 - c0, pr.Dv, r_hi - r_lo, T(1), p_used + r_lo * ld_used + c0, ld_used,
               dout + r_lo * pr.go.seq, pr.go.seq, T(1), dv + c0 * pr.gv.seq, pr.gv.seq);
     });
   // dP = dO v^T over each row group's columns, 0 on the others (times the dropout mask),
@@ -535,7 +578,7 @@ void backward_tile(const Problem<T>& pr, const BackwardTensors<T>& t, int64_t bh
     for (int64_t r = x.r0; r < x.r1; ++r) {
       const T delta = t.delta[static_cast<size_t>(bh * pr.T_ + i0 + r)];
       T* dprow = s.dp.data() + r * kBlockK;
-      const T* prow = s.p.data() + r * kBlockK;
+      const T* prow = p + r * ldp;
       std::fill(dprow, dprow + x.c_lo, T(0));
       for (int64_t c = x.c_lo; c < x.c_hi; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
       std::fill(dprow + x.c_hi, dprow + cols, T(0));
@@ -563,7 +606,11 @@ void backward_typed(const FlashAttentionArgs& args) {
                        static_cast<const T*>(args.v),        static_cast<const T*>(args.out),
                        static_cast<const T*>(args.grad_out), static_cast<const T*>(args.lse),
                        static_cast<T*>(args.grad_q),         static_cast<T*>(args.grad_k),
-                       static_cast<T*>(args.grad_v),         {}};
+                       static_cast<T*>(args.grad_v),         {},
+                       static_cast<const T*>(args.probs)};
+  if (t.kept != nullptr && pr.S > kBlockK)
+    fail("flash_attention_backward", "reads kept probabilities for at most {} keys (one key block), got {} keys",
+         kBlockK, pr.S);
   const int64_t BH = pr.B * pr.H;
   t.delta.resize(static_cast<size_t>(BH * pr.T_));
   parallel_for(BH * pr.T_, 256, [&](int64_t begin, int64_t end) {
