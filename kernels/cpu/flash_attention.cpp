@@ -389,7 +389,7 @@ void forward_typed(const FlashAttentionArgs& args) {
   const T* V = static_cast<const T*>(args.v);
   T* O = static_cast<T*>(args.out);
   T* LSE = static_cast<T*>(args.lse);
-  T* kept = static_cast<T*>(args.probs);  // (B,H,T,S) or null: kept_probabilities
+  T* kept = static_cast<T*>(args.probs);  // (B,H,T,S) or null: keep_probabilities below
   if (kept != nullptr && pr.S > kBlockK)
     fail("flash_attention_forward", "keeps probabilities for at most {} keys (one key block), got {} keys", kBlockK,
          pr.S);
