@@ -46,6 +46,7 @@ struct Options {
   std::string dist_overlap = "on";  // under heed-run: reduce gradient buckets during backward
   std::string profile;              // Chrome trace of a few training steps
   int64_t profile_steps = 5;
+  int64_t profile_skip = 1;  // steps run unprofiled first (--profile-skip)
   bool resume = false, sample_only = false, memory = false, recompute = false;
 };
 
@@ -295,7 +296,7 @@ int run(const Options& o) {
   int64_t window = 0, skipped_steps = 0, saves = 0;
   double save_seconds = 0;  // wall time of the collective checkpoint saves (several processes)
   examples::StepProfiler step_profiler(rank == 0 ? o.profile : std::string(), start, o.iters - 1, o.profile_steps,
-                                       "charlm");
+                                       o.profile_skip, "charlm");
   for (int64_t it = start; it < o.iters; ++it) {
     std::optional<profile::Scope> step_span = step_profiler.begin_step(it);
     const double t0 = now_seconds();
@@ -501,10 +502,15 @@ int main(int argc, char** argv) {
   args.add_string("amp", &o.amp, "mixed-precision training (fp16 with loss scaling; evaluation stays float32)",
                   {"none", "fp16", "bf16"});
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
-  args.add_string("profile", &o.profile,
-                  "FILE: profile --profile-steps training steps (after the first), write their Chrome trace to FILE "
-                  "and print the top ops");
+  args.add_string(
+      "profile", &o.profile,
+      "FILE: profile --profile-steps training steps (after --profile-skip), write their Chrome trace to FILE "
+      "and print the top ops");
   args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
+  args.add_int("profile-skip", &o.profile_skip,
+               "training steps run unprofiled before --profile records (at least the first, which pays for one-time "
+               "allocations)",
+               1, 1000000);
   args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
   args.add_flag("recompute", &o.recompute,
                 "checkpoint every block: backward recomputes its forward instead of keeping its activations "

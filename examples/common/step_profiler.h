@@ -4,8 +4,9 @@
 //
 // Invariants: only the steps [first, first + count) are recorded, each inside a "train step"
 // user span (evaluation and checkpointing fall outside the window or show as their own
-// spans); the first step of a run is skipped when there are others (it pays for one-time
-// allocations), so the table describes the steady state. Without a path it does nothing.
+// spans); `skip` steps of the run go first unprofiled (`--profile-skip`; at least the first step
+// when there are others: it pays for one-time allocations), never past the run's last step, so
+// the table describes the steady state. Without a path it does nothing.
 #pragma once
 
 #include <heed/heed.h>
@@ -20,11 +21,13 @@ namespace examples {
 
 class StepProfiler {
  public:
-  // Steps are numbered by the caller; profiles [first_step, first_step + count) clipped to
-  // last_step. `program` prefixes the messages.
-  StepProfiler(std::string path, int64_t first_step, int64_t last_step, int64_t count, std::string program)
+  // Steps are numbered by the caller from first_step to last_step; profiles
+  // [first_step + skip, + count) clipped to last_step (skip >= 1: the first step is skipped
+  // whenever there are others). `program` prefixes the messages.
+  StepProfiler(std::string path, int64_t first_step, int64_t last_step, int64_t count, int64_t skip,
+               std::string program)
       : path_(std::move(path)),
-        first_(first_step < last_step ? first_step + 1 : first_step),
+        first_(std::min(first_step + std::max<int64_t>(skip, 1), std::max(first_step, last_step))),
         end_(std::min(first_ + count, last_step + 1)),
         program_(std::move(program)) {}
 

@@ -39,6 +39,7 @@ struct Options {
               checkpoint, translate_text;
   std::string profile;  // Chrome trace of a few training steps
   int64_t profile_steps = 5;
+  int64_t profile_skip = 1;  // steps run unprofiled first (--profile-skip)
   bool resume = false, memory = false, recompute = false;
   bool show_corpus_given = false;  // --show-corpus N was given: print the corpus and exit
 };
@@ -283,7 +284,7 @@ int run(const Options& o) {
   int64_t window_steps = 0, skipped_steps = 0;
   double train_seconds = 0;
   examples::StepProfiler step_profiler(rank == 0 ? o.profile : std::string(), start_step + 1, o.steps, o.profile_steps,
-                                       "translate");
+                                       o.profile_skip, "translate");
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
     std::optional<profile::Scope> step_span = step_profiler.begin_step(step);
     const translate::Trainer::StepResult r =
@@ -449,10 +450,15 @@ int main(int argc, char** argv) {
   args.add_flag("resume", &o.resume, "continue training from the checkpoint");
   args.add_string("translate", &o.translate_text, "translate this German text with the checkpoint and exit");
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
-  args.add_string("profile", &o.profile,
-                  "FILE: profile --profile-steps training steps (after the first), write their Chrome trace to FILE "
-                  "and print the top ops");
+  args.add_string(
+      "profile", &o.profile,
+      "FILE: profile --profile-steps training steps (after --profile-skip), write their Chrome trace to FILE "
+      "and print the top ops");
   args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
+  args.add_int("profile-skip", &o.profile_skip,
+               "training steps run unprofiled before --profile records (at least the first, which pays for one-time "
+               "allocations)",
+               1, 1000000);
   args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
   args.add_flag("recompute", &o.recompute,
                 "checkpoint every encoder and decoder layer: backward recomputes its forward instead of keeping "
