@@ -9,8 +9,9 @@
 # emulator's own tests (tests/emulator), then trains charlm (bf16) and translate (fp16) on the
 # emulated device under autocast, and prints how long each part took.
 #
-# The test binary links every tests/test_*.cpp, some of which use example and tool code, so
-# examples and tools stay configured; only the heed_tests target (and what it needs) is built.
+# In this build the test binary links only the test files run here (tests/CMakeLists.txt:
+# test_cuda, test_backend_ops, test_dist, test_module); examples and tools stay configured, and
+# only the heed_tests target (and what it needs) is built.
 #
 # Usage: tools/ci_cuda_emulation.sh
 # Environment: BUILD_DIR (default build/cuda-emu), JOBS (default 2).
