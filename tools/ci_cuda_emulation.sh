@@ -9,9 +9,9 @@
 # emulator's own tests (tests/emulator), then trains charlm (bf16) and translate (fp16) on the
 # emulated device under autocast, and prints how long each part took.
 #
-# In this build the test binary links only the test files run here (tests/CMakeLists.txt:
-# test_cuda, test_backend_ops, test_dist, test_module); examples and tools stay configured, and
-# only the heed_tests target (and what it needs) is built.
+# The test binary links only the test files run here (HEED_TEST_FILES: test_cuda,
+# test_backend_ops, test_dist, test_module); examples and tools stay configured, and only the
+# heed_tests target (and what it needs) is built.
 #
 # Usage: tools/ci_cuda_emulation.sh
 # Environment: BUILD_DIR (default build/cuda-emu), JOBS (default 2).
@@ -25,7 +25,7 @@ command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 
 start=$(date +%s)
 cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DHEED_CUDA_EMULATION=ON \
-  -DHEED_BUILD_TESTS=ON
+  -DHEED_BUILD_TESTS=ON -DHEED_TEST_FILES="cuda;backend_ops;dist;module"
 cmake --build "$build_dir" -j "$jobs" --target heed_tests heed_emulator_tests charlm translate
 built=$(date +%s)
 

@@ -502,15 +502,7 @@ int main(int argc, char** argv) {
   args.add_string("amp", &o.amp, "mixed-precision training (fp16 with loss scaling; evaluation stays float32)",
                   {"none", "fp16", "bf16"});
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
-  args.add_string(
-      "profile", &o.profile,
-      "FILE: profile --profile-steps training steps (after --profile-skip), write their Chrome trace to FILE "
-      "and print the top ops");
-  args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
-  args.add_int("profile-skip", &o.profile_skip,
-               "training steps run unprofiled before --profile records (at least the first, which pays for one-time "
-               "allocations)",
-               1, 1000000);
+  examples::add_profile_options(args, &o.profile, &o.profile_steps, &o.profile_skip);
   args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
   args.add_flag("recompute", &o.recompute,
                 "checkpoint every block: backward recomputes its forward instead of keeping its activations "

@@ -9,6 +9,7 @@
 // the table describes the steady state. Without a path it does nothing.
 #pragma once
 
+#include <heed/cli.h>
 #include <heed/heed.h>
 
 #include <algorithm>
@@ -18,6 +19,19 @@
 #include <string>
 
 namespace examples {
+
+// --profile FILE, --profile-steps N and --profile-skip K of a training example (the
+// StepProfiler's path, count and skip), with one help text for every example.
+inline void add_profile_options(heed::cli::ArgParser& args, std::string* path, int64_t* steps, int64_t* skip) {
+  args.add_string("profile", path,
+                  "FILE: profile --profile-steps training steps (after --profile-skip), write their Chrome trace to "
+                  "FILE and print the top ops");
+  args.add_int("profile-steps", steps, "training steps --profile records", 1, 1000);
+  args.add_int("profile-skip", skip,
+               "training steps run unprofiled before --profile records (at least the first, which pays for one-time "
+               "allocations)",
+               1, 1000000);
+}
 
 class StepProfiler {
  public:

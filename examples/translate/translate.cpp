@@ -450,15 +450,7 @@ int main(int argc, char** argv) {
   args.add_flag("resume", &o.resume, "continue training from the checkpoint");
   args.add_string("translate", &o.translate_text, "translate this German text with the checkpoint and exit");
   args.add_string("out-dir", &o.out_dir, "directory for the log, pictures and checkpoint");
-  args.add_string(
-      "profile", &o.profile,
-      "FILE: profile --profile-steps training steps (after --profile-skip), write their Chrome trace to FILE "
-      "and print the top ops");
-  args.add_int("profile-steps", &o.profile_steps, "training steps --profile records", 1, 1000);
-  args.add_int("profile-skip", &o.profile_skip,
-               "training steps run unprofiled before --profile records (at least the first, which pays for one-time "
-               "allocations)",
-               1, 1000000);
+  examples::add_profile_options(args, &o.profile, &o.profile_steps, &o.profile_skip);
   args.add_flag("memory", &o.memory, "after training, print live and peak tensor memory by category");
   args.add_flag("recompute", &o.recompute,
                 "checkpoint every encoder and decoder layer: backward recomputes its forward instead of keeping "
