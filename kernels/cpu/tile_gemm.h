@@ -8,7 +8,7 @@
 // (so A or A^T comes without a copy) and B row-major with unit column stride (B^T is transposed
 // into a scratch buffer by the caller, see flash_attention.cpp), which a small register-blocked
 // kernel does as fast as OpenBLAS's kernels of the same width or faster; flash attention uses it
-// on every CPU with AVX2 (measured side by side in the README).
+// on every CPU with AVX2 (measured side by side in docs/performance-log.md, stop 33).
 //
 // Invariants: every C element is one float accumulator, fed p = 0, 1, ..., k-1 in order with
 // fused multiply-adds, then alpha * acc (+ beta * C); the AVX-512, AVX2 and scalar paths
@@ -51,7 +51,7 @@ inline void store_scaled(float* out, __m256 acc, float alpha, float beta) {
 // tile), 4 (8 chains, just what two FMA pipes of latency 4 need) and 1. On a Zen 3, 6-row blocks
 // took 7-10% off causal attention fwd + bwd with head dim 128 (B2 H4 T2048 D128, B1 H8 T512
 // D128) against 4-row blocks only; with head dims 32 and 64 the two read the same within 2%
-// (README, stop 48).
+// (docs/performance-log.md, stop 48).
 template <int R>
 inline void block_x16(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
                       float beta, float* c, int64_t ldc) {

@@ -92,7 +92,7 @@ struct FlashState {
 // backward, and with at most kFlashKeptProbsMaxKeys keys (one key block: at most 64 values per
 // query row, the size of a 64-wide output row, so memory stays linear in the sequence length).
 // Backward then skips the score products and their exps (charlm's attention, T = S = 64: forward
-// + backward in 0.86x the time, 1% of its training step, on a Zen 3: README, Performance).
+// + backward in 0.86x the time, 1% of its training step, on a Zen 3: docs/performance-log.md, stop 50).
 bool keep_probabilities(bool backward, Device device, int64_t S) {
   return backward && device.is_cpu() && S > 0 && S <= kernels::kFlashKeptProbsMaxKeys;
 }

@@ -113,7 +113,7 @@ struct Epilogue {
 // F::feed_forward's hidden activations (h and dz: 1024 wide in the lm step, 512 in charlm) are
 // exactly such operands of the weight gradients' A^T B products; laid out 64 bytes further
 // apart they are read in place: with operands from memory those products ran 8-11% faster
-// (lm) and 5-10% (charlm) on a Zen 4 (README, Performance, stop 46).
+// (lm) and 5-10% (charlm) on a Zen 4 (docs/performance-log.md, stop 46).
 constexpr int64_t kAliasingRowFloats = 512, kRowPadFloats = 16;
 
 // An uninitialised tensor of `shape` whose rows are `row_length` elements apart (>= the last
