@@ -454,6 +454,39 @@ TEST_CASE("shared subexpressions (diamonds) accumulate every path") {
   CHECK(values(b.grad()) == std::vector<double>{2 + 6, 4 + 6});
 }
 
+TEST_CASE("summing a gradient never changes a tensor a hook or the caller still holds") {
+  // However the engine sums a node's gradients, a gradient a hook kept, or a seed the caller
+  // passed, must stay as it was (a sum written into the first gradient's own buffer would change
+  // them). Here h's buffer gets w's gradient (add hands its gradient on as it is, and the hook on
+  // w keeps it) and h * 5's, in whichever order the engine runs them.
+  Tensor x = leaf({0.5, -1.0});
+  Tensor h = x * 1.0;
+  Tensor w = h + leaf({2.0, 3.0});
+  Tensor seen;
+  w.register_hook([&](const Tensor& g) {
+    seen = g;
+    return Tensor();
+  });
+  Tensor z = (w * 2.0).sum() + (h * 5.0).sum();
+  z.backward();
+  CHECK(values(seen) == std::vector<double>{2, 2});
+  CHECK(values(x.grad()) == std::vector<double>{7, 7});
+  // Two roots on one node, seeds the caller holds: the second seed is added to the first.
+  Tensor b = leaf({1, 2});
+  Tensor y = b * 2.0;
+  Tensor s1 = full({2}, 1.0, kF64), s2 = full({2}, 3.0, kF64);
+  run_backward({y, y}, {s1, s2}, false);
+  CHECK(values(s1) == std::vector<double>{1, 1});
+  CHECK(values(s2) == std::vector<double>{3, 3});
+  CHECK(values(b.grad()) == std::vector<double>{8, 8});
+  // A diamond whose paths each bring a fresh gradient: every path counted once.
+  Tensor a = leaf({1.5});
+  Tensor u = a * 3.0;
+  Tensor v = (u * u + u.exp() + u * 2.0).sum();
+  v.backward();
+  CHECK(values(a.grad())[0] == doctest::Approx((2.0 * 4.5 + std::exp(4.5) + 2.0) * 3.0).epsilon(1e-14));
+}
+
 TEST_CASE("gradients of broadcast inputs are reduced to the input shape") {
   Tensor col = tensor({1, 2, 3}, kF64).reshape({3, 1}).detach().requires_grad_();  // (3,1)
   Tensor row = leaf({10, 20, 30, 40});                                             // (4)
